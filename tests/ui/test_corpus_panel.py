@@ -337,3 +337,31 @@ def test_a_new_statistic_keeps_the_examples_scrolled_where_they_were(window, qtb
     drain_events()
     assert panel.examples_title.text().startswith("L2 H5 (mean previous ")
     assert bar.value() == bar.maximum() and panel.examples.indexAt(QPoint(2, 2)).row() == top
+
+
+def test_both_plots_stay_inside_a_320_pixel_dock(window, qtbot, scan_dir):
+    """A dock 320 px wide: the map's and the scatter's view boxes and titles lie inside their
+    views (the scatter's title, wider than the dock, widened its plot past the dock's edge), the
+    scatter's title still keys its layer colours, and the map's colour bar numbers are whole."""
+    panel, _ = _open(window, qtbot, scan_dir)
+    dock = window.corpus_dock
+    dock.setFloating(True)
+    dock.show()
+    try:
+        with qtbot.waitSignal(panel.heat_w.vb.sigResized, timeout=WAIT):
+            dock.resize(320, 700)
+        drain_events()
+        drain_events()
+        assert panel.scatter_w.width() < 320
+        for gw in (panel.heat_w, panel.scatter_w):
+            port = gw.viewport().rect()
+            for item in (gw.plot.getViewBox(), gw.plot.titleLabel.item):
+                r = gw.mapFromScene(item.sceneBoundingRect()).boundingRect()
+                assert port.contains(r), f"{type(item).__name__} {r.getRect()} outside {port.getRect()}"
+        assert "\u25cf</span> L0 … " in panel.scatter_w.plot.titleLabel.text
+        axis = panel.heat_w.cbar.getAxis("right")
+        for text, box in axis_labels(axis):
+            r = panel.heat_w.mapFromScene(axis.mapToScene(box).boundingRect()).boundingRect()
+            assert panel.heat_w.viewport().rect().contains(r), f"{text!r} at {r.getRect()}"
+    finally:
+        dock.setFloating(False)

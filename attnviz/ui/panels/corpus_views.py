@@ -95,23 +95,11 @@ class ScanMap(pg.GraphicsLayoutWidget):
 
     def fit_title(self, *_):
         """"mean <stat> per head" where the map is as wide, else "mean <stat>", else that ending in
-        an ellipsis; whole in the map's tooltip where shortened. Never wider than the map: a
-        title's width set the plot's least width, which pushed the colour bar and its numbers
-        past a narrow dock's edge ("0.7" of 0.75 was painted)."""
-        if not self.stat:
-            return
-        label, room = self.plot.titleLabel, self.vb.width()
-        whole = f"mean {self.stat} per head"
-        for shown in (whole, f"mean {self.stat}"):
-            self.plot.setTitle(shown, color=TEXT)
-            if label.itemRect().width() <= room:
-                break
-        cut = shown
-        while label.itemRect().width() > room and len(cut) > 1:
-            cut = cut[:-1]
-            self.plot.setTitle(cut.rstrip() + "\u2026", color=TEXT)
-        label.setMinimumWidth(0)  # (the map's width sets the title's, not the other way round)
-        self.setToolTip("" if label.text == whole else whole)
+        an ellipsis; whole in the map's tooltip where shortened."""
+        if self.stat:
+            whole = f"mean {self.stat} per head"
+            shown = fit_title(self.plot, [whole, f"mean {self.stat}"], cut=True, color=TEXT)
+            self.setToolTip("" if shown == whole else whole)
 
     def head_at(self, scene_pos) -> tuple[int, int]:
         """The (layer, head) of the cell under a scene position (outside the map: off its range)."""
@@ -137,6 +125,7 @@ class ScanScatter(pg.GraphicsLayoutWidget):
         self.scan: ScanView | None = None  # of the points drawn
         self.setBackground(BACKGROUND)
         self.plot = self.addPlot(title=SCATTER_TITLE)
+        self.titles = [SCATTER_TITLE]  # the title, longest first, as the scatter's width allows (fit_title)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.setMouseEnabled(False, False)
@@ -147,17 +136,20 @@ class ScanScatter(pg.GraphicsLayoutWidget):
                                          tip=self._point_tip)
         self.plot.addItem(self.points)
         self.setMinimumHeight(160)
+        self.plot.getViewBox().sigResized.connect(self.fit_title)
 
     def draw(self, s: ScanView) -> str:
         """Place the scan's heads -> what the scatter leaves out ("" where nothing)."""
         self.scan = s
         if not np.isfinite(s.means["texts"]).any():  # every text failed: no head has a place
             self.points.setData([])
-            self.plot.setTitle("heads by behaviour: no text gave a value")
+            self.titles = ["heads by behaviour: no text gave a value"]
+            self.fit_title()
             return ""
         if not np.isfinite(s.coords).all(axis=1).any():  # no statistic places a head
             self.points.setData([])
-            self.plot.setTitle("heads by behaviour: no head placed")
+            self.titles = ["heads by behaviour: no head placed"]
+            self.fit_title()
             return scatter_note(s)
         n = s.n_layer * s.n_head
         colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
@@ -173,8 +165,13 @@ class ScanScatter(pg.GraphicsLayoutWidget):
         self.plot.autoRange()
         key = " … ".join(f"<span style='color: #{int(colors[l][0]):02x}{int(colors[l][1]):02x}"
                          f"{int(colors[l][2]):02x}'>\u25cf</span> L{l}" for l in sorted({0, s.n_layer - 1}))
-        self.plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}"))
+        whole = SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}")
+        self.titles = [whole, whole.replace("JS distance, MDS; ", "")]  # (the tooltip says how they are placed)
+        self.fit_title()
         return scatter_note(s)
+
+    def fit_title(self, *_) -> None:
+        fit_title(self.plot, self.titles)
 
     def _point_tip(self, x, y, data) -> str:
         return head_readout(self.scan, *data) if self.scan is not None else head_title(*data)
@@ -183,3 +180,23 @@ class ScanScatter(pg.GraphicsLayoutWidget):
         """A head's point in the plot's view coordinates."""
         i = layer * self.scan.n_head + head
         return QPointF(float(self.scan.coords[i, 0]), float(self.scan.coords[i, 1]))
+
+
+def fit_title(plot, candidates: list[str], cut: bool = False, **style) -> str:
+    """Set `plot`'s title to the first of `candidates` (longest first) no wider than its view box,
+    else to the last, ending in an ellipsis as wide where `cut` (plain text); the title never sets
+    the plot's least width: one wider than a narrow dock widened the plot past the dock's edge
+    (the map's colour bar numbers cut, "0.7" of 0.75; the scatter's points past its edge).
+    -> the title set."""
+    label, room = plot.titleLabel, plot.getViewBox().width()
+    for shown in candidates:
+        plot.setTitle(shown, **style)
+        if label.itemRect().width() <= room:
+            break
+    text = shown
+    while cut and label.itemRect().width() > room and len(text) > 1:
+        text = text[:-1]
+        shown = text.rstrip() + "\u2026"
+        plot.setTitle(shown, **style)
+    label.setMinimumWidth(0)  # (the plot's width sets the title's, not the other way round)
+    return shown
