@@ -9,7 +9,7 @@ from PySide6.QtGui import QColor
 
 from windows import WAIT
 
-MISSING = "#9a9a9a"  # the grey of a head with no value (corpus_panel.MISSING)
+MISSING = "#9a9a9a"  # the grey of a head with no value (corpus_views.MISSING)
 TEXTS = ["quantum flux capacitor overheats rapidly again", "zebras juggle purple lanterns quietly tonight"]
 
 
