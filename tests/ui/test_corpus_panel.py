@@ -59,16 +59,16 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
     assert window.corpus_dock.isVisible() and window.corpus_dock.widget() is panel
     assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts scanned · 0 errors" in panel.status.text()
     means = store.head_means(scan_dir, 6, 12)
-    np.testing.assert_allclose(panel.heat_img.image, np.nan_to_num(means["first_token_mass"]), rtol=1e-12)
+    np.testing.assert_allclose(panel.heat_w.img.image, np.nan_to_num(means["first_token_mass"]), rtol=1e-12)
     panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous"))
-    np.testing.assert_allclose(panel.heat_img.image, means["previous"], rtol=1e-12)
+    np.testing.assert_allclose(panel.heat_w.img.image, means["previous"], rtol=1e-12)
     # its colour bar writes 0 and the top as every colour bar does (the grid's, an export's)
     ends, steps = bar_ticks(0.0, float(np.nanmax(means["previous"])))
-    shown = [text for text, _box in axis_labels(panel.cbar.getAxis("right"))]
+    shown = [text for text, _box in axis_labels(panel.heat_w.cbar.getAxis("right"))]
     assert [t for _, t in ends] == shown[:2] and set(shown) <= {t for _, t in ends + steps}, shown
     assert not panel.model_note.isVisible()
     # a click on head L2 H5 lists its corpus top examples, the tokens marked in the text
-    _click_view(qtbot, panel.heat_w, panel.heat_vb, panel.cell_center(2, 5))
+    _click_view(qtbot, panel.heat_w, panel.heat_w.vb, panel.cell_center(2, 5))
     assert panel.head == (2, 5) and window.state.focus == (2, 5)
     want = store.top_examples(scan_dir, 4, 2, 5)
     assert panel.examples.count() == len(want) == 4
@@ -108,7 +108,7 @@ def test_a_point_of_the_behaviour_scatter_focuses_its_head(window, qtbot, scan_d
     d = np.linalg.norm(scan.coords[:, None] - scan.coords[None, :], axis=-1)
     i = int(np.argmax(np.sort(d, axis=1)[:, 1]))  # the most isolated head: no neighbour under the click
     layer, head = divmod(i, 12)
-    vb = panel.scatter_plot.getViewBox()
+    vb = panel.scatter_w.plot.getViewBox()
     _click_view(qtbot, panel.scatter_w, vb, panel.point_position(layer, head))
     assert window.state.focus == (layer, head) and panel.head == (layer, head)
 
@@ -219,10 +219,10 @@ def test_a_folder_that_is_no_scan_keeps_the_scan_shown_with_one_message(window, 
 def test_the_scatters_title_keys_its_layer_colours(window, qtbot, scan_dir):
     """'colour: layer' comes with its key: the first and the last layer's colour, as their points have."""
     panel, _ = _open(window, qtbot, scan_dir)
-    spots = panel.scatter.points()
+    spots = panel.scatter_w.points.points()
     first = next(p for p in spots if p.data() == (0, 0)).brush().color().name()
     last = next(p for p in spots if p.data() == (5, 0)).brush().color().name()
-    title = panel.scatter_plot.titleLabel.text
+    title = panel.scatter_w.plot.titleLabel.text
     assert f"colour: layer, <span style='color: {first}'>\u25cf</span> L0 … " \
            f"<span style='color: {last}'>\u25cf</span> L5)" in title, title
 
@@ -261,8 +261,8 @@ def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtb
            "tokens is longer than this model's 64 positions" in panel.status.text(), panel.status.text()
     assert panel.heat_note.text() == "Map: no text gave a value."
     # no head placed by behaviour (all six were drawn on one point) and no examples offered
-    assert len(panel.scatter.points()) == 0
-    assert panel.scatter_plot.titleLabel.text == "heads by behaviour: no text gave a value"
+    assert len(panel.scatter_w.points.points()) == 0
+    assert panel.scatter_w.plot.titleLabel.text == "heads by behaviour: no text gave a value"
     panel.pick_head(1, 2)
     assert panel.examples_title.text() == "L1 H2 (mean first_token_mass no value): no examples in this scan"
     assert panel.examples.count() == 0
@@ -276,12 +276,92 @@ def test_the_heatmaps_head_labels_never_touch_in_a_narrow_dock(window, qtbot, sc
     dock = window.corpus_dock
     dock.setFloating(True)
     dock.show()
-    with qtbot.waitSignal(panel.heat_vb.sigResized, timeout=WAIT):
+    with qtbot.waitSignal(panel.heat_w.vb.sigResized, timeout=WAIT):
         dock.resize(width, 700)
     drain_events()
-    labels = axis_labels(panel.heat_plot.getAxis("bottom"))
+    labels = axis_labels(panel.heat_w.plot.getAxis("bottom"))
     boxes = sorted((b.left(), b.right()) for _t, b in labels)
     assert len(labels) > 1
     assert all(right + 2 < left for (_l, right), (left, _r) in zip(boxes, boxes[1:])), labels
     assert (len(labels) == panel.scan.n_head) == every_head
     dock.setFloating(False)
+
+
+def test_the_maps_title_and_colour_bar_numbers_are_whole_in_a_1024_pixel_window(window, qtbot, scan_dir):
+    """Each statistic's map in a 1024 px window's dock: every number of its colour bar painted
+    inside the map's view (a long title widened the plot and pushed the bar past the dock's edge:
+    "0.7" of 0.75), and its title whole, or shortened with the whole in the map's tooltip."""
+    from attnviz.engine.analysing.corpus_stats import HEAD_STATS
+
+    window.resize(1024, 700)
+    panel, _ = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    port = panel.heat_w.viewport().rect()
+    for stat in HEAD_STATS:
+        panel.set_stat(stat)
+        drain_events()
+        drain_events()
+        axis = panel.heat_w.cbar.getAxis("right")
+        labels = axis_labels(axis)
+        assert len(labels) >= 2
+        for text, box in labels:
+            r = panel.heat_w.mapFromScene(axis.mapToScene(box).boundingRect()).boundingRect()
+            assert port.contains(r), f"{stat}: {text!r} at {r.getRect()} outside {port.getRect()}"
+        title = panel.heat_w.plot.titleLabel
+        r = panel.heat_w.mapFromScene(title.item.sceneBoundingRect()).boundingRect()
+        assert port.contains(r), f"{stat}: its title at {r.getRect()} outside {port.getRect()}"
+        whole = f"mean {stat} per head"
+        assert title.text == whole or (title.text in (f"mean {stat}",) or title.text.endswith("\u2026")) \
+            and panel.heat_w.toolTip() == whole, (title.text, panel.heat_w.toolTip())
+    assert window.width() == 1024
+
+
+def test_a_new_statistic_keeps_the_examples_scrolled_where_they_were(window, qtbot, scan_dir):
+    """The picked head's examples are the same whatever the statistic (its top cells by weight):
+    the list stays scrolled where it was, and the line over it names the new statistic's mean."""
+    from PySide6.QtCore import QPoint
+
+    window.resize(1024, 700)
+    panel, _ = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    panel.pick_head(2, 5)
+    bar = panel.examples.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=WAIT)  # (4 examples in less room)
+    bar.setValue(bar.maximum())
+    drain_events()
+    top = panel.examples.indexAt(QPoint(2, 2)).row()
+    assert top > 0
+    panel.set_stat("previous")
+    drain_events()
+    assert panel.examples_title.text().startswith("L2 H5 (mean previous ")
+    assert bar.value() == bar.maximum() and panel.examples.indexAt(QPoint(2, 2)).row() == top
+
+
+def test_both_plots_stay_inside_a_320_pixel_dock(window, qtbot, scan_dir):
+    """A dock 320 px wide: the map's and the scatter's view boxes and titles lie inside their
+    views (the scatter's title, wider than the dock, widened its plot past the dock's edge), the
+    scatter's title still keys its layer colours, and the map's colour bar numbers are whole."""
+    panel, _ = _open(window, qtbot, scan_dir)
+    dock = window.corpus_dock
+    dock.setFloating(True)
+    dock.show()
+    try:
+        with qtbot.waitSignal(panel.heat_w.vb.sigResized, timeout=WAIT):
+            dock.resize(320, 700)
+        drain_events()
+        drain_events()
+        assert panel.scatter_w.width() < 320
+        for gw in (panel.heat_w, panel.scatter_w):
+            port = gw.viewport().rect()
+            for item in (gw.plot.getViewBox(), gw.plot.titleLabel.item):
+                r = gw.mapFromScene(item.sceneBoundingRect()).boundingRect()
+                assert port.contains(r), f"{type(item).__name__} {r.getRect()} outside {port.getRect()}"
+        assert "\u25cf</span> L0 … " in panel.scatter_w.plot.titleLabel.text
+        axis = panel.heat_w.cbar.getAxis("right")
+        for text, box in axis_labels(axis):
+            r = panel.heat_w.mapFromScene(axis.mapToScene(box).boundingRect()).boundingRect()
+            assert panel.heat_w.viewport().rect().contains(r), f"{text!r} at {r.getRect()}"
+    finally:
+        dock.setFloating(False)

@@ -1,4 +1,4 @@
-"""The window at its first-start size (1400 x 860) and at 1280 x 800: every side tab's name can be
+"""The window at its first-start size (1400 x 860), at 1280 x 800 and at 1024 x 700: every side tab's name can be
 read whole (the tabs run down the window's edge and scroll when there are more than fit), no
 panel's widgets are cut off by its dock, no label or button shows less than its whole text, a
 panel taller or wider than its dock shows the scroll bar that reaches the rest, the grid's head
@@ -20,7 +20,7 @@ from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
 from windows import IOI, TOY, WAIT, drain_events, hover, open_window
 
-SIZES = [(1400, 860), (1280, 800)]
+SIZES = [(1400, 860), (1280, 800), (1024, 700)]
 # 46 tokens on SmolLM2 (the issue's case: the focus view labelled every other column)
 TEXT = ("The keys to the cabinet are on the table, and the cat sat on the mat while the dog "
         "slept by the door. The keys to the cabinet are on the table again and the cat sat on the mat "
@@ -359,12 +359,12 @@ def _check_every_dock(qtbot, w, size):
     docks["Corpus"].raise_()
     _settle(qtbot, w)
     panel = w.corpus_panel
-    for gw, plot in ((panel.heat_w, panel.heat_plot), (panel.scatter_w, panel.scatter_plot)):
+    for gw, plot in ((panel.heat_w, panel.heat_w.plot), (panel.scatter_w, panel.scatter_w.plot)):
         port = gw.viewport().rect()
         for item in (plot.getViewBox(), plot.titleLabel.item):
             r = gw.mapFromScene(item.sceneBoundingRect()).boundingRect()
             assert port.contains(r), f"{type(item).__name__} {r.getRect()} outside {port.getRect()}"
-    x0, x1 = panel.heat_vb.viewRange()[0]
+    x0, x1 = panel.heat_w.vb.viewRange()[0]
     assert x0 <= 0 and x1 >= 12  # H0..H11
 
     # the focus view: every token labelled, or it says which

@@ -166,7 +166,8 @@ DESTROYED_POOL = """
 import threading
 import shiboken6
 from PySide6.QtCore import QCoreApplication
-from attnviz.ui.machinery.runner import Runner, shared_pool
+from attnviz.ui.machinery.pool import shared_pool
+from attnviz.ui.machinery.runner import Runner
 
 app = QCoreApplication([])
 runner, hold = Runner(), threading.Event()
@@ -199,7 +200,7 @@ def test_a_paused_job_waits_without_polling_and_goes_on_as_the_job_ahead_ends(qt
     may have made it stale (its stale() asked a few times, not every few ms); with the fallback
     wait longer than the test, it still goes on as the keystroke's run ends, and a cancel still
     stops a paused probe at once."""
-    from attnviz.ui.machinery import runner as R
+    from attnviz.ui.machinery import pool as R
 
     monkeypatch.setattr(R, "GIVE_WAY_WAIT_S", 60.0)
     runner, asked = Runner(), []
@@ -249,7 +250,7 @@ def test_a_paused_probe_takes_a_step_while_keystrokes_keep_the_pool_busy(qtbot, 
     ahead of it ends: a long text, a slow machine): the paused probe still takes a step once it
     has waited GIVE_WAY_TURN_S, one step between two runs (a run at work is not stopped for it),
     then gives way again; before, it waited for the typing to stop."""
-    from attnviz.ui.machinery import runner as R
+    from attnviz.ui.machinery import pool as R
 
     monkeypatch.setattr(R, "GIVE_WAY_TURN_S", 0.2, raising=False)
     runner, said, order, typing_ends, queued = Runner(), _Said(), [], threading.Event(), []
@@ -303,7 +304,7 @@ def test_a_paused_probe_on_its_turn_never_computes_beside_a_job_the_pool_has_jus
     moment before the run counts itself at work; the probe's turn comes in that moment. Held there
     (its start delayed by the test), the run waits until the probe's step is done: the two never
     compute at once. Before, the probe's step and the run computed side by side."""
-    from attnviz.ui.machinery import runner as R
+    from attnviz.ui.machinery import pool as R
 
     monkeypatch.setattr(R, "GIVE_WAY_TURN_S", 0.05)
     runner = Runner()

@@ -466,13 +466,13 @@ def test_a_job_that_ends_after_its_relay_is_gone_ends_quietly(qapp):
     relay that still exists is not hidden."""
     import shiboken6
 
-    from attnviz.ui.machinery import runner
+    from attnviz.ui.machinery import job as J
 
     ran = []
-    job = runner.Job(1, "compute", None, lambda: ran.append(1) or 7, lambda *a: None, POOL, None)
-    relay = runner.Relay()
+    job = J.Job(1, "compute", None, lambda: ran.append(1) or 7, lambda *a: None, POOL, None)
+    relay = J.Relay()
     shiboken6.delete(relay)
-    runner.run_job(job, relay, lambda: False)  # no error
+    J.run_job(job, relay, lambda: False)  # no error
     assert ran == [1]
 
     class Broken:
@@ -481,7 +481,7 @@ def test_a_job_that_ends_after_its_relay_is_gone_ends_quietly(qapp):
             def emit(*_):
                 raise RuntimeError("not about a deleted relay")
     with pytest.raises(RuntimeError, match="not about a deleted relay"):
-        runner.run_job(job, Broken, lambda: False)
+        J.run_job(job, Broken, lambda: False)
 
 
 def test_a_failed_jobs_frames_go_with_it_not_with_a_collection(qapp):
@@ -492,7 +492,7 @@ def test_a_failed_jobs_frames_go_with_it_not_with_a_collection(qapp):
     import weakref
 
     from attnviz.engine.errors import Cancelled
-    from attnviz.ui.machinery import runner
+    from attnviz.ui.machinery import job as J
 
     class Big:  # stands for a stopped run's partial trace
         pass
@@ -511,11 +511,11 @@ def test_a_failed_jobs_frames_go_with_it_not_with_a_collection(qapp):
             @staticmethod
             def emit(job, value, error):
                 heard.append(error)
-    job = runner.Job(1, "compare", None, fn, lambda *a: None, POOL, None)
+    job = J.Job(1, "compare", None, fn, lambda *a: None, POOL, None)
     was = gc.isenabled()
     gc.disable()
     try:
-        runner.run_job(job, Relay, lambda: False)
+        J.run_job(job, Relay, lambda: False)
         assert held[0]() is None  # freed without a collection
     finally:
         if was:

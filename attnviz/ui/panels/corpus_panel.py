@@ -14,31 +14,25 @@ statistic's per-head mean, each head's top examples, and the heads placed by beh
   not by its name: a copy of the scan's model under another name is the same model, and a model
   that has the scan's name but other weights is not (its patterns are not the scan's). The loaded
   model's files are hashed off the main thread, once per model loaded.
-The scan as read, and an example as rich text, are corpus_scan.py's.
+The scan as read, and an example as rich text, are corpus_scan.py's; the heatmap and the scatter
+corpus_views.py's.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QFontMetricsF
+from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox, QFileDialog, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
     QSplitter, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.analysing.corpus_stats import DIAGONAL_LIMIT, HEAD_STATS, PROFILE_RULE, STAT_UNITS
+from attnviz.engine.analysing.corpus_stats import DIAGONAL_LIMIT, HEAD_STATS, STAT_UNITS
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.data import DEFAULT_COLORMAP
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
-from attnviz.ui.panels.corpus_scan import ScanView, example_html, head_readout, scatter_note, stat_value
-from attnviz.ui.views.grid_items import level_ticks
-
-SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
-
-
-MISSING = "#9a9a9a"  # a head's cell where no text gave the statistic a value (as the scan figure's grey)
+from attnviz.figures.style import WARNING
+from attnviz.ui.panels.corpus_scan import ScanView, example_html, stat_value
+from attnviz.ui.panels.corpus_views import ScanMap, ScanScatter
+from attnviz.ui.views.least_height import LeastHeightScroll
 
 
 class CorpusPanel(QWidget):
@@ -62,7 +56,7 @@ class CorpusPanel(QWidget):
 
     # --- building -----------------------------------------------------------------------------
     def _build(self):
-        lay = QVBoxLayout(self)
+        lay = QVBoxLayout()  # in a scroll area: a wrapped note never squeezes a plot below its least height
         top = QHBoxLayout()
         self.open_button = QPushButton("Open scan…")
         self.open_button.setToolTip("a folder written by attnviz scan")
@@ -92,35 +86,7 @@ class CorpusPanel(QWidget):
         # side, a 440 px dock cut the heatmap's last heads, both titles and the scatter's edge
         split = QSplitter(Qt.Orientation.Vertical)
         split.setChildrenCollapsible(False)
-        self.heat_w = pg.GraphicsLayoutWidget()
-        self.heat_w.setBackground(BACKGROUND)
-        self.heat_plot = self.heat_w.addPlot()
-        self.heat_plot.setMenuEnabled(False)
-        self.heat_plot.hideButtons()
-        self.heat_plot.setMouseEnabled(False, False)
-        self.heat_plot.setLabel("left", "layer")
-        self.heat_plot.setLabel("bottom", "head")
-        self.heat_vb = self.heat_plot.getViewBox()
-        self.heat_vb.invertY(True)
-        self.heat_missing = pg.QtWidgets.QGraphicsRectItem()  # under the image: a head with no value
-        self.heat_missing.setBrush(pg.mkBrush(MISSING))
-        self.heat_missing.setPen(pg.mkPen(None))
-        self.heat_plot.addItem(self.heat_missing)
-        self.heat_img = pg.ImageItem(axisOrder="row-major")  # (a NaN cell is transparent)
-        self.heat_plot.addItem(self.heat_img)
-        self.heat_mark = pg.QtWidgets.QGraphicsRectItem()
-        pen = pg.mkPen(FOCUS, width=2)
-        pen.setCosmetic(True)
-        self.heat_mark.setPen(pen)
-        self.heat_mark.hide()
-        self.heat_plot.addItem(self.heat_mark)
-        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(DEFAULT_COLORMAP),
-                                    interactive=False, width=14, colorMapMenu=False)
-        self.cbar.setImageItem(self.heat_img)
-        self.heat_w.addItem(self.cbar)
-        for ax in ("left", "bottom"):
-            self.heat_plot.getAxis(ax).setTextPen(pg.mkPen(TEXT))
-        self.heat_w.setMinimumHeight(220)
+        self.heat_w = ScanMap()
         split.addWidget(self.heat_w)
 
         split.addWidget(self._build_scatter())
@@ -141,22 +107,13 @@ class CorpusPanel(QWidget):
         self.heat_note = _note_label()  # what has no value (in the title it widened the plot past the dock)
         lay.addWidget(self.heat_note)
         lay.addWidget(split, 1)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(LeastHeightScroll(lay))
 
     def _build_scatter(self) -> QWidget:
         """The heads by behaviour, with the line that names what it leaves out under it."""
-        self.scatter_w = pg.GraphicsLayoutWidget()
-        self.scatter_w.setBackground(BACKGROUND)
-        self.scatter_plot = self.scatter_w.addPlot(title=SCATTER_TITLE)
-        self.scatter_plot.setMenuEnabled(False)
-        self.scatter_plot.hideButtons()
-        self.scatter_plot.setMouseEnabled(False, False)
-        self.scatter_plot.hideAxis("left")
-        self.scatter_plot.hideAxis("bottom")
-        self.scatter_w.setToolTip(PROFILE_RULE)
-        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
-                                          tip=self._point_tip)
-        self.scatter_plot.addItem(self.scatter)
-        self.scatter_w.setMinimumHeight(160)
+        self.scatter_w = ScanScatter()
         self.scatter_note = _note_label()  # what the scatter leaves out (a third title line overflowed)
         return _with_note(self.scatter_w, self.scatter_note)
 
@@ -166,8 +123,7 @@ class CorpusPanel(QWidget):
             lambda i: self.set_stat(self.stat_box.itemData(i)))
         self.load_button.clicked.connect(self.load_scan_model)
         self.heat_w.scene().sigMouseClicked.connect(self._on_heat_clicked)
-        self.heat_vb.sigResized.connect(self._head_ticks)
-        self.scatter.sigClicked.connect(self._on_point_clicked)
+        self.scatter_w.points.sigClicked.connect(self._on_point_clicked)
         self.examples.itemActivated.connect(self._on_example)
         self.examples.itemClicked.connect(self._on_example)
         self.state.sigModelChanged.connect(self._check_model)
@@ -298,8 +254,8 @@ class CorpusPanel(QWidget):
         if i != self.stat_box.currentIndex():
             self.stat_box.setCurrentIndex(i)
         self._draw_heat()
-        if self.head is not None:
-            self._list_examples()  # the picked head's line names the statistic's mean
+        self._title_examples()  # the picked head's line names the statistic's mean; its examples
+        # are the same (by weight), so the list is kept as it is, scrolled where it was
 
     def values(self) -> np.ndarray | None:  # [n_layer, n_head] of the statistic shown
         return None if self.scan is None else self.scan.means[self.stat]
@@ -308,35 +264,10 @@ class CorpusPanel(QWidget):
         v = self.values()
         if v is None:
             return
-        finite = v[np.isfinite(v)]
-        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-        self.heat_img.setImage(np.asarray(v, dtype=np.float64), levels=(0.0, top), autoLevels=False)
-        self.heat_img.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
-        self.heat_missing.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
-        self.cbar.setLevels((0.0, top))
-        self.cbar.getAxis("right").setTicks(level_ticks(0.0, top))  # (as every colour bar writes them)
-        self.heat_vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
-        self.heat_plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(v.shape[0])]])
-        self._head_ticks()
-        missing = ("" if finite.size == v.size else "Map: no text gave a value." if not finite.size
-                   else "Map: grey where no text gave a value.")
-        self.heat_plot.setTitle(f"mean {self.stat} per head", color=TEXT)
+        missing = self.heat_w.draw(v, self.stat)
         self.heat_note.setText(missing)
         self.heat_note.setVisible(bool(missing))
-        self._mark_head()
-
-    def _head_ticks(self, *_):
-        """Every step-th head labelled, the step the least that keeps the labels the map's painted
-        width allows apart (a narrow dock ran them together: "H9H10H11")."""
-        if self.scan is None:
-            return
-        n_head, ax = self.scan.n_head, self.heat_plot.getAxis("bottom")
-        fm = QFontMetricsF(ax.style["tickFont"] or self.heat_w.font())
-        span = self.heat_vb.viewRange()[0]
-        per_head = self.heat_vb.width() / max(span[1] - span[0], 1e-9)  # pixels
-        room = fm.horizontalAdvance(f"H{n_head - 1}") + fm.horizontalAdvance("  ")
-        step = max(1, int(np.ceil(room / per_head))) if per_head > 0 else n_head
-        ax.setTicks([[(h + 0.5, f"H{h}") for h in range(0, n_head, step)]])
+        self.heat_w.mark_head(self.head)
 
     def cell_center(self, layer: int, head: int) -> QPointF:
         """A head's cell centre in the heatmap's view coordinates (x: head, y: layer)."""
@@ -345,8 +276,7 @@ class CorpusPanel(QWidget):
     def _on_heat_clicked(self, ev):
         if self.scan is None:
             return
-        p = self.heat_vb.mapSceneToView(ev.scenePos())
-        head, layer = int(np.floor(p.x())), int(np.floor(p.y()))
+        layer, head = self.heat_w.head_at(ev.scenePos())
         if 0 <= layer < self.scan.n_layer and 0 <= head < self.scan.n_head:
             ev.accept()
             self.pick_head(layer, head)
@@ -355,58 +285,25 @@ class CorpusPanel(QWidget):
         """List a head's top examples, and focus it in the window when the model is the scan's."""
         self.head = (int(layer), int(head))
         self._list_examples()
-        self._mark_head()
+        self.heat_w.mark_head(self.head)
         if self.model_matches():
             self.state.show_head(layer, head)
-
-    def _mark_head(self):
-        if self.head is None:
-            self.heat_mark.hide()
-            return
-        l, h = self.head
-        self.heat_mark.setRect(QRectF(h, l, 1, 1))
-        self.heat_mark.show()
 
     def _on_focus(self, focus):
         if focus is not None and self.scan is not None and self.model_matches() \
                 and tuple(focus) != self.head:
             self.head = tuple(focus)
             self._list_examples()
-            self._mark_head()
+            self.heat_w.mark_head(self.head)
 
     # --- the scatter of heads by behaviour ----------------------------------------------------
     def _draw_scatter(self):
-        s = self.scan
-        if not np.isfinite(s.means["texts"]).any():  # every text failed: no head has a place
-            self.scatter.setData([])
-            self.scatter_plot.setTitle("heads by behaviour: no text gave a value")
-            self.scatter_note.hide()
-            return
-        n = s.n_layer * s.n_head
-        colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
-        spots = []
-        for i in range(n):
-            if not np.isfinite(s.coords[i]).all():  # a statistic with no value: not placed at 0
-                continue
-            l, h = divmod(i, s.n_head)
-            c = colors[l]
-            spots.append({"pos": (float(s.coords[i, 0]), float(s.coords[i, 1])), "data": (l, h),
-                          "brush": pg.mkBrush(int(c[0]), int(c[1]), int(c[2]))})
-        self.scatter.setData(spots)
-        self.scatter_plot.autoRange()
-        key = " … ".join(f"<span style='color: #{int(colors[l][0]):02x}{int(colors[l][1]):02x}"
-                         f"{int(colors[l][2]):02x}'>\u25cf</span> L{l}" for l in sorted({0, s.n_layer - 1}))
-        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}"))
-        note = scatter_note(s)
+        note = self.scatter_w.draw(self.scan)
         self.scatter_note.setText(f"Scatter: {note}.")
         self.scatter_note.setVisible(bool(note))
 
-    def _point_tip(self, x, y, data) -> str:
-        return head_readout(self.scan, *data) if self.scan is not None else head_title(*data)
-
     def point_position(self, layer: int, head: int) -> QPointF:
-        i = layer * self.scan.n_head + head
-        return QPointF(float(self.scan.coords[i, 0]), float(self.scan.coords[i, 1]))
+        return self.scatter_w.point_position(layer, head)
 
     def _on_point_clicked(self, _item, points, *_):
         if len(points):
@@ -416,6 +313,20 @@ class CorpusPanel(QWidget):
     # --- examples -----------------------------------------------------------------------------
     def _list_examples(self):
         self.examples.clear()
+        self._title_examples()
+        found = [] if self.scan is None or self.head is None else self.scan.examples.get(self.head, [])
+        for e in found:
+            item = QListWidgetItem()
+            item.setData(Qt.ItemDataRole.UserRole, e)
+            label = QLabel(example_html(e, self._offsets(e.text)))
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setWordWrap(True)
+            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+            item.setSizeHint(label.sizeHint())
+            self.examples.addItem(item)
+            self.examples.setItemWidget(item, label)
+
+    def _title_examples(self) -> None:  # the line over the examples: the picked head and its mean
         if self.scan is None or self.head is None:
             self.examples_title.setText("Click a head (heatmap or scatter) for its top examples.")
             return
@@ -430,16 +341,6 @@ class CorpusPanel(QWidget):
         self.examples_title.setToolTip(
             "The first token (the sink) is left out, and so is the diagonal of a head mostly on "
             f"itself (mean diagonal mass over {DIAGONAL_LIMIT:g} on that text)")
-        for e in found:
-            item = QListWidgetItem()
-            item.setData(Qt.ItemDataRole.UserRole, e)
-            label = QLabel(example_html(e, self._offsets(e.text)))
-            label.setTextFormat(Qt.TextFormat.RichText)
-            label.setWordWrap(True)
-            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
-            item.setSizeHint(label.sizeHint())
-            self.examples.addItem(item)
-            self.examples.setItemWidget(item, label)
 
     def _picked_line(self, l, h) -> str:
         return f"{head_title(l, h)} (mean {self.stat} {stat_value(self.scan, self.stat, l, h)})"
