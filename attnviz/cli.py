@@ -211,7 +211,7 @@ def one_shot_process(command: str) -> None:
 
 def open_window(args) -> int:
     """The launcher: its own arguments are checked before any window opens."""
-    from attnviz.engine.computing.model import clean_text
+    from attnviz.engine.computing.text_input import clean_text
     from attnviz.engine.reading.registry import resolve
 
     text = None

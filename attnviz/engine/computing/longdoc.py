@@ -410,7 +410,7 @@ class LongPatterns:
 class LongRun:
     """A long text's run: the RunResult (tokens, ids, cache figures, value_norms; its `attentions`
     is None) and its patterns on demand."""
-    result: object  # model.RunResult
+    result: object  # run_result.RunResult
     patterns: LongPatterns
 
 

@@ -128,7 +128,7 @@ class Handoff:
         -> the RunResult the grid shows (or the LongRun of a long text, kept as nothing)."""
         from attnviz.engine.analysing.compare import compare_trace
         from attnviz.engine.analysing.effects import CLEAN, WindowRun
-        from attnviz.engine.computing.model import RunResult
+        from attnviz.engine.computing.run_result import RunResult
 
         trace = compare_trace()
         result = model.run(text, request=request, trace=trace)
