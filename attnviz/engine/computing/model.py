@@ -24,7 +24,8 @@ from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest, kept_p
 from attnviz.engine.computing.run_result import RunResult, kept_sizes
 from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
-from attnviz.engine.reading.budget import LayerStore, default_budget
+from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.memory_budget import default_budget
 
 log = logging.getLogger(__name__)
 
