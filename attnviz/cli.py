@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"the window; put {'it' if len(given) == 1 else 'them'} after it: "
                          f"attnviz {args.command} {given[0]} ...")
     if args.memory_budget is not None:  # before any model loads (the window's setting yields)
-        from attnviz.engine.reading.budget import set_memory_budget
+        from attnviz.engine.reading.memory_budget import set_memory_budget
 
         set_memory_budget(args.memory_budget, command_line=True)
     try:
@@ -211,7 +211,7 @@ def one_shot_process(command: str) -> None:
 
 def open_window(args) -> int:
     """The launcher: its own arguments are checked before any window opens."""
-    from attnviz.engine.computing.model import clean_text
+    from attnviz.engine.computing.text_input import clean_text
     from attnviz.engine.reading.registry import resolve
 
     text = None

@@ -110,7 +110,7 @@ def child(path: str, budget: str, T: int) -> None:
     import numpy as np
 
     from attnviz.engine import load_model
-    from attnviz.engine.reading.budget import parse_budget
+    from attnviz.engine.reading.memory_budget import parse_budget
 
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -192,7 +192,7 @@ def main() -> int:
                 print(f"{budget:>7} failed: {out.stderr.strip().splitlines()[-1:]}")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            from attnviz.engine.reading.budget import parse_budget
+            from attnviz.engine.reading.memory_budget import parse_budget
 
             b = parse_budget(budget)
             goal = size + b + GIB // 2 if b is not None else None

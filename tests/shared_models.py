@@ -15,7 +15,8 @@ from pathlib import Path
 
 from attnviz.engine import DEFAULT_MODEL, Model, resolve
 from attnviz.engine.computing.load import warm_kernels
-from attnviz.engine.reading.budget import LayerStore, chosen_budget
+from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.memory_budget import chosen_budget
 from attnviz.engine.reading.qpack import kernels_on, rest_later
 from attnviz.engine.reading.registry import smollm2_file
 from attnviz.engine.reading.token_text import SENTENCEPIECE

@@ -157,7 +157,7 @@ def each_gguf_loaded_once(monkeypatch):
     KV cache; the memory budget a line's --memory-budget chose is put back afterwards."""
     from attnviz.engine.computing import load
     from attnviz.engine.reading import qpack
-    from attnviz.engine.reading.budget import chosen_budget, chosen_by_command_line, set_memory_budget
+    from attnviz.engine.reading.memory_budget import chosen_budget, chosen_by_command_line, set_memory_budget
 
     real, loaded = load.load_gguf, {}
 

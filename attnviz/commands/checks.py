@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.model import parse_typed_ids
+from attnviz.engine.computing.text_input import parse_typed_ids
 from attnviz.engine.reading.registry import WINDOW_MODEL
 
 
@@ -37,8 +37,8 @@ non_negative = at_least(0)
 
 def parse_ids(text: str, flag: str = "--ids") -> list[int]:
     """`"5, 17,3"` -> [5, 17, 3]: each item read as the engine reads typed token ids
-    (model.parse_typed_ids), in the command line's stricter form: comma-separated, no empty item.
-    A refusal names the item and its position."""
+    (text_input.parse_typed_ids), in the command line's stricter form: comma-separated, no empty
+    item. A refusal names the item and its position."""
     example = f"give comma-separated token ids, e.g. {flag} 5,17,3"
     parts = [p.strip() for p in text.split(",")]
     if not any(parts):

@@ -3,7 +3,8 @@
 from attnviz.engine.reading.config import ModelConfig, config_from_dict, read_config
 from attnviz.engine.errors import AttnvizError, CalcError, InputError, ModelLoadError
 from attnviz.engine.computing.load import load_folder, load_model
-from attnviz.engine.computing.model import Model, RunResult
+from attnviz.engine.computing.model import Model
+from attnviz.engine.computing.run_result import RunResult
 from attnviz.engine.reading.registry import (
     DEFAULT_MODEL, DEFAULT_TEXT, WINDOW_MODEL, ModelInfo, find_models, resolve,
 )

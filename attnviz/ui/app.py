@@ -63,7 +63,7 @@ def create_window(model: str | None = None, text: str | None = None,
     """The main window on the app's one state and runner (assemble), with its model already
     loading: the load starts on the worker thread before the widget modules (pyqtgraph: about half
     a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""
-    from attnviz.engine.computing.model import clean_text
+    from attnviz.engine.computing.text_input import clean_text
     from attnviz.ui.machinery.settings import app_settings, apply_memory_budget, saved_model, saved_text
     from attnviz.ui.machinery.tuning import postpone_collections
 

@@ -158,7 +158,7 @@ def ask_memory_budget(w) -> None:
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
-    from attnviz.engine.reading.budget import set_memory_budget
+    from attnviz.engine.reading.memory_budget import set_memory_budget
     from attnviz.engine.reading.typed_budget import parse_typed_budget
     from attnviz.ui.machinery import settings as remembered
 
@@ -184,7 +184,7 @@ def ask_memory_budget(w) -> None:
 def budget_to_offer(settings, model) -> str:
     """What the Memory budget dialog starts with: the remembered budget, or auto where the dialog
     would refuse that (below one layer of the loaded model: the command line chose another)."""
-    from attnviz.engine.reading.budget import parse_budget
+    from attnviz.engine.reading.memory_budget import parse_budget
     from attnviz.ui.machinery import settings as remembered
 
     text = remembered.saved_memory_budget(settings)  # (auto, where not a size the dialog takes)

@@ -52,9 +52,9 @@ def test_attention_takes_checkpoint(tmp_path, capsys, ckpts):
 
 @pytest.fixture
 def default_budget():  # (--memory-budget sets the process's budget: put back for later tests)
-    from attnviz.engine.reading import budget as B
+    from attnviz.engine.reading import memory_budget as MB
     yield
-    B.set_memory_budget(None)
+    MB.set_memory_budget(None)
 
 
 def test_find_takes_checkpoint(capsys, ckpts, default_budget):

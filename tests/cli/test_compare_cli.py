@@ -13,7 +13,7 @@ from tiny import FIXTURES, tiny_llama
 from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 
 LLAMA = str(FIXTURES / "llama_gqa")
 IDS = "3,1,4,1,5,9,2,6,5,3,5,8"
@@ -24,7 +24,7 @@ KEYS = ["tokens", "labels", "input_ids", "a", "b", "heads_jsd", "heads_jsd_max",
 @pytest.fixture(autouse=True)
 def _default_budget():
     yield
-    B.set_memory_budget(None)
+    MB.set_memory_budget(None)
 
 
 @pytest.fixture(scope="module")

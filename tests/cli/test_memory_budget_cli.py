@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from tiny import FIXTURES
 
 IDS = "3,1,4,1,5,9,2,6,5,3,5,8,9,7"
@@ -16,7 +16,7 @@ IDS = "3,1,4,1,5,9,2,6,5,3,5,8,9,7"
 @pytest.fixture(autouse=True)
 def _default_budget():
     yield
-    B.set_memory_budget(None)
+    MB.set_memory_budget(None)
 
 
 def _attention(tmp_path, *flags):
@@ -33,7 +33,7 @@ def test_memory_budget_gives_the_same_patterns(tmp_path):
     # llama_gqa's layers are 78,336 bytes as float32: 100K holds one of its two at a time
     for flags in (("--memory-budget", "100K"), ("--memory-budget", "100K", "attention")):
         np.testing.assert_array_equal(_attention(tmp_path, *flags), want)
-        assert B.chosen_budget() == 100 << 10
+        assert MB.chosen_budget() == 100 << 10
 
 
 @pytest.mark.parametrize("size, message", [("2X", "is not a size"), ("1K", "less than one layer"),

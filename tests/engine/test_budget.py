@@ -18,8 +18,10 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading import pages
-from attnviz.engine.reading.budget import LayerStore, parse_budget
+from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.memory_budget import parse_budget
 from attnviz.engine.reading.gguf_tensors import QuantRows
 from tiny import FIXTURES, tiny_llama
 
@@ -96,7 +98,7 @@ def test_a_model_bigger_than_the_memory_available_opens_within_it(monkeypatch, s
     from attnviz.engine.reading import weights
 
     sizes = smollm2.weights.layers.sizes
-    monkeypatch.setattr(weights, "available_memory", lambda: B.HEADROOM + 10 * max(sizes))
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + 10 * max(sizes))
     model = load_model(smollm2_path())
     assert 0 < model.weights.layers.kept < 10 and model.weights.layers.budget < 10 * max(sizes)
     np.testing.assert_array_equal(model.run(TEXT).attentions, smollm2.run(TEXT,
@@ -182,12 +184,12 @@ def test_a_budget_below_one_layer_is_refused_at_load(tmp_path):
     folder = tiny_llama(tmp_path / "m")
     with pytest.raises(ModelLoadError, match=r"budget of 1,000 bytes is less than one layer .*float32"):
         load_model(folder, budget=1000)
-    B.set_memory_budget(1000)
+    MB.set_memory_budget(1000)
     try:
         with pytest.raises(ModelLoadError, match="less than one layer"):
             load_model(folder)
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)
 
 
 def test_a_missing_tensor_is_refused_at_load_whatever_the_budget(tmp_path):

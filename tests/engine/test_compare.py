@@ -11,6 +11,7 @@ from tiny import FIXTURES, tiny_llama
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
+from attnviz.engine.analysing import compare_tokens as NT
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.analysing.probes import probe_ids
@@ -233,7 +234,7 @@ def test_a_keystrokes_comparison_reuses_the_shared_prefix_exactly(llama_pair):
     doc, seen = C.compare_with(pair, known=known)
     assert_same(doc, C.compare(pair))  # (bits where the BLAS computes a row alike in any call)
     assert (seen[0] == longer).all()
-    assert C.shared_prefix(IDS, longer) == 8 and C.shared_prefix(IDS, IDS) == len(IDS)
+    assert NT.shared_prefix(IDS, longer) == 8 and NT.shared_prefix(IDS, IDS) == len(IDS)
 
 
 def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_heads_own(
@@ -241,14 +242,14 @@ def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_head
     from attnviz.engine.computing.logits import vocab_logits
 
     q8, q4 = shared_quantized(smollm2, "Q8_0"), shared_quantized(smollm2, "Q4_0")
-    ha, hb = C.pair_heads(smollm2, q8)
+    ha, hb = NT.pair_heads(smollm2, q8)
     assert not isinstance(ha.w_u, np.ndarray) and hb.w_u is ha.w_u  # the file's table, read once
-    ha4, hb4 = C.pair_heads(smollm2, q4)
+    ha4, hb4 = NT.pair_heads(smollm2, q4)
     assert not isinstance(hb4.w_u, np.ndarray) and hb4.w_u is not ha4.w_u
     x = np.random.default_rng(3).standard_normal((3, 576)).astype(np.float32)
     y = x + np.float32(0.01)
     for h1, h2 in ((ha, hb), (ha4, hb4)):
-        za, zb = C.pair_logits(h1, h2, x, y)
+        za, zb = NT.pair_logits(h1, h2, x, y)
         np.testing.assert_array_equal(za, vocab_logits(h1, x))  # bit for bit
         np.testing.assert_array_equal(zb, vocab_logits(h2, y))
         np.testing.assert_array_equal(za, vocab_logits(smollm2.lm_head(), x))  # = the float32 head's
@@ -263,21 +264,21 @@ def test_reuse_takes_only_positions_whose_inputs_are_the_same_bits():
     rng = np.random.default_rng(0)
     xa, xb = rng.standard_normal((2, 6, 4)).astype(np.float32)
     ids = np.array([5, 6, 7, 8, 9, 10])
-    nt = C.NextTokens(np.zeros(6), np.zeros(6, np.int64), np.zeros(6, np.int64))
+    nt = NT.NextTokens(np.zeros(6), np.zeros(6, np.int64), np.zeros(6, np.int64))
     known = (ids, nt, xa.copy(), xb.copy())
     longer_a, longer_b = np.vstack([xa, xa[:2]]), np.vstack([xb, xb[:2]])
-    assert C.reusable(known, np.append(ids, [1, 2]), longer_a, longer_b) == 6
-    assert C.reusable(known, ids, xa, xb) == 5  # the same text: its last position again
+    assert NT.reusable(known, np.append(ids, [1, 2]), longer_a, longer_b) == 6
+    assert NT.reusable(known, ids, xa, xb) == 5  # the same text: its last position again
     b3 = longer_b.copy()
     b3[3, 2] = np.nextafter(b3[3, 2], np.float32(np.inf))
-    assert C.reusable(known, np.append(ids, [1, 2]), longer_a, b3) == 3
+    assert NT.reusable(known, np.append(ids, [1, 2]), longer_a, b3) == 3
     zero = longer_a.copy()
     zero[1, 0], known[2][1, 0] = -0.0, 0.0
-    assert C.reusable(known, np.append(ids, [1, 2]), zero, longer_b) == 1
+    assert NT.reusable(known, np.append(ids, [1, 2]), zero, longer_b) == 1
     other = np.append(ids, [1, 2])
     other[4] = 99
-    assert C.reusable(known, other, longer_a, longer_b) == 1
-    assert C.reusable(None, ids, xa, xb) == 0
+    assert NT.reusable(known, other, longer_a, longer_b) == 1
+    assert NT.reusable(None, ids, xa, xb) == 0
 
 
 def test_a_keystroke_through_the_kv_cache_keeps_the_prefixs_logits_bit_for_bit(llama_pair):
@@ -301,16 +302,16 @@ def test_a_keystroke_through_the_kv_cache_keeps_the_prefixs_logits_bit_for_bit(l
         return Pair(*sides)
 
     first = typed(IDS[:8])
-    numbers0, seen = C.next_token_numbers(first)
+    numbers0, seen = NT.next_token_numbers(first)
     second = typed(IDS[:9])
-    ha, hb = C.pair_heads(a, b)
+    ha, hb = NT.pair_heads(a, b)
     for side, h in ((0, ha), (1, hb)):
         old = (first.a, first.b)[side].trace.resid[-1][:8]
         new = (second.a, second.b)[side].trace.resid[-1][:8]
-        assert C.same_rows(old, new) == 8
+        assert NT.same_rows(old, new) == 8
         np.testing.assert_array_equal(vocab_logits(h, new), vocab_logits(h, old))
-    assert C.reusable(seen, second.a.ids, second.a.trace.resid[-1], second.b.trace.resid[-1]) == 8
-    numbers, _ = C.next_token_numbers(second, known=seen)
+    assert NT.reusable(seen, second.a.ids, second.a.trace.resid[-1], second.b.trace.resid[-1]) == 8
+    numbers, _ = NT.next_token_numbers(second, known=seen)
     # direct: float64 log-softmax of each side's logits, KL(A || B) per position, top-1 ids
     la = vocab_logits(ha, second.a.trace.resid[-1]).astype(np.float64)
     lb = vocab_logits(hb, second.b.trace.resid[-1]).astype(np.float64)

@@ -13,6 +13,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.analysing import compare as C
+from attnviz.engine.analysing import compare_tokens as NT
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.computing import quantized as QZ
 from attnviz.engine.computing.logits import log_softmax
@@ -78,17 +79,17 @@ def test_the_next_token_pass_leaves_none_of_the_files_table_resident(smollm2):
     b = quantized_model(smollm2, "Q8_0")  # sharing A's table: its head is built (and checked) here
     ids = smollm2.run(TEXT).input_ids
     pair = models_pair(smollm2, b, ids, C.compare_trace)
-    ha, hb = C.pair_heads(smollm2, b)
+    ha, hb = NT.pair_heads(smollm2, b)
     tables = {id(h.w_u): h.w_u for h in (ha, hb)}.values()  # the file's tables the pass reads
     nbytes = sum(t.data.nbytes for t in tables)
     for t in tables:  # the measure sees a table's pages once they are read
-        np.asarray(t.data[:C.PAIR_BLOCK]).sum()
+        np.asarray(t.data[:NT.PAIR_BLOCK]).sum()
         assert resident_bytes(t.data) > 0
-        C.let_go(t, 0, t.shape[0])  # (and whatever earlier tests left resident)
+        NT.let_go(t, 0, t.shape[0])  # (and whatever earlier tests left resident)
     # the tables' own pages in the mappings the pass reads, not every mapping of the file in the
     # process (other tests' models of the same file keep theirs)
     before = sum(resident_bytes(t.data) for t in tables)
-    nt = C.next_tokens(pair)
+    nt = NT.next_tokens(pair)
     assert sum(resident_bytes(t.data) for t in tables) - before < nbytes / 4
     assert np.isfinite(nt.kld).all()
 
@@ -96,23 +97,23 @@ def test_the_next_token_pass_leaves_none_of_the_files_table_resident(smollm2):
 def test_the_next_token_numbers_hold_one_positions_float64_rows_at_a_time(smollm2, monkeypatch):
     from attnviz.engine.parallel import in_threads
 
-    monkeypatch.setattr(C, "in_threads", lambda n, task: in_threads(n, task, threads=1))  # one scratch
+    monkeypatch.setattr(NT, "in_threads", lambda n, task: in_threads(n, task, threads=1))  # one scratch
     b = quantized_model(smollm2, "Q4_0")
     ids = smollm2.run(TEXT).input_ids
-    assert len(ids) > C.KLD_ROWS  # (two blocks of positions)
+    assert len(ids) > NT.KLD_ROWS  # (two blocks of positions)
     pair = models_pair(smollm2, b, ids, C.compare_trace)
-    C.next_tokens(pair)  # (the heads built and checked once)
-    got, peak = peak_of(lambda: C.next_tokens(pair))
-    ha, hb = C.pair_heads(smollm2, b)  # the block's log-probabilities at once, as a direct computation
-    za, zb = C.pair_logits(ha, hb, pair.a.trace.resid[-1][:C.KLD_ROWS], pair.b.trace.resid[-1][:C.KLD_ROWS])
+    NT.next_tokens(pair)  # (the heads built and checked once)
+    got, peak = peak_of(lambda: NT.next_tokens(pair))
+    ha, hb = NT.pair_heads(smollm2, b)  # the block's log-probabilities at once, as a direct computation
+    za, zb = NT.pair_logits(ha, hb, pair.a.trace.resid[-1][:NT.KLD_ROWS], pair.b.trace.resid[-1][:NT.KLD_ROWS])
     la, lb = log_softmax(za), log_softmax(zb)
-    np.testing.assert_allclose(got.kld[:C.KLD_ROWS], (np.exp(la) * (la - lb)).sum(axis=1), rtol=1e-12, atol=1e-15)
-    np.testing.assert_array_equal(got.top_a[:C.KLD_ROWS], la.argmax(axis=1))
-    np.testing.assert_array_equal(got.top_b[:C.KLD_ROWS], lb.argmax(axis=1))
+    np.testing.assert_allclose(got.kld[:NT.KLD_ROWS], (np.exp(la) * (la - lb)).sum(axis=1), rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(got.top_a[:NT.KLD_ROWS], la.argmax(axis=1))
+    np.testing.assert_array_equal(got.top_b[:NT.KLD_ROWS], lb.argmax(axis=1))
     V, d = smollm2.config.vocab_size, smollm2.config.d_model
     # the block's float32 logits of both sides, the thread's scratch for both tables' rows and one
     # position's float64 rows; never the block's float64 log-probabilities [KLD_ROWS, vocab]
-    assert peak < 2 * C.KLD_ROWS * V * 4 + 2 * C.PAIR_BLOCK * d * 4 + 4 * V * 8
+    assert peak < 2 * NT.KLD_ROWS * V * 4 + 2 * NT.PAIR_BLOCK * d * 4 + 4 * V * 8
 
 
 def test_a_stopped_pass_lets_go_of_its_logits_while_its_exception_is_kept(smollm2):
@@ -120,8 +121,8 @@ def test_a_stopped_pass_lets_go_of_its_logits_while_its_exception_is_kept(smollm
 
     from attnviz.engine.errors import Cancelled
 
-    ha, hb = C.pair_heads(smollm2, smollm2)
-    x = np.random.default_rng(0).standard_normal((C.KLD_ROWS, smollm2.config.d_model)).astype(np.float32)
+    ha, hb = NT.pair_heads(smollm2, smollm2)
+    x = np.random.default_rng(0).standard_normal((NT.KLD_ROWS, smollm2.config.d_model)).astype(np.float32)
     asked = []
 
     def stop():  # stale from the third block on
@@ -133,7 +134,7 @@ def test_a_stopped_pass_lets_go_of_its_logits_while_its_exception_is_kept(smollm
     try:
         start = tracemalloc.get_traced_memory()[0]
         try:
-            C.pair_logits(ha, hb, x, x, stop)
+            NT.pair_logits(ha, hb, x, x, stop)
         except Cancelled as exc:
             kept = exc  # as a runner holds a failed job's error
         held = tracemalloc.get_traced_memory()[0] - start
@@ -142,7 +143,7 @@ def test_a_stopped_pass_lets_go_of_its_logits_while_its_exception_is_kept(smollm
         if was:
             gc.enable()
     assert isinstance(kept, Cancelled)
-    assert held < C.KLD_ROWS * smollm2.config.vocab_size * 4 / 4  # not the [n, vocab] logits
+    assert held < NT.KLD_ROWS * smollm2.config.vocab_size * 4 / 4  # not the [n, vocab] logits
 
 
 def test_the_comparisons_head_of_a_packed_model_holds_no_kernel_copy(tmp_path):
@@ -162,7 +163,7 @@ def test_the_comparisons_head_of_a_packed_model_holds_no_kernel_copy(tmp_path):
     qpack.ask_for_kernels()  # (as a window asks; conftest puts it back)
     model = load_gguf(path)
     assert model.lm_head().packed is not None
-    head = C.table_head(model)
+    head = NT.table_head(model)
     assert head.packed is None and isinstance(head.w_u, QuantRows)
 
 
@@ -186,18 +187,18 @@ def test_a_keystrokes_new_positions_take_the_kernels_on_a_shared_packed_table(tm
     b = quantized_model(a, "Q8_0")
     qmatvec.warm()
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], dtype=np.int64)
-    _, seen = C.next_token_numbers(models_pair(a, b, ids[:8], C.compare_trace))
+    _, seen = NT.next_token_numbers(models_pair(a, b, ids[:8], C.compare_trace))
     pair = models_pair(a, b, ids, C.compare_trace)
     rows, passes = [], []
-    real_q, real_p = qmatvec.qlinear, C.pair_logits
+    real_q, real_p = qmatvec.qlinear, NT.pair_logits
     monkeypatch.setattr(qmatvec, "qlinear", lambda x, pm: rows.append(len(x)) or real_q(x, pm))
-    monkeypatch.setattr(C, "pair_logits", lambda *a, **k: passes.append(1) or real_p(*a, **k))
-    got, _ = C.next_token_numbers(pair, known=seen)
+    monkeypatch.setattr(NT, "pair_logits", lambda *a, **k: passes.append(1) or real_p(*a, **k))
+    got, _ = NT.next_token_numbers(pair, known=seen)
     if not blas_rows.exact():  # (the prefix's rows then differ by rounding: none is reused)
         pytest.skip("this BLAS rounds a row by the rows around it: no prefix is bit for bit the same")
-    assert C.reusable(seen, pair.a.ids, pair.a.trace.resid[-1], pair.b.trace.resid[-1]) == 8
+    assert NT.reusable(seen, pair.a.ids, pair.a.trace.resid[-1], pair.b.trace.resid[-1]) == 8
     assert rows == [2, 2] and passes == []  # the two new positions, one product per side
     monkeypatch.setattr(qmatvec, "qlinear", real_q)
-    want, _ = C.next_token_numbers(pair)  # every position in one dequantizing pass
+    want, _ = NT.next_token_numbers(pair)  # every position in one dequantizing pass
     np.testing.assert_allclose(got["kld"], want["kld"], rtol=1e-3, atol=1e-10)  # (KL ~ 1e-8 here)
     assert got["flips"] == want["flips"]

@@ -19,7 +19,7 @@ from safetensors.numpy import save
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine import AttnvizError, load_model
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.model import parse_typed_ids
+from attnviz.engine.computing.text_input import parse_typed_ids
 from tiny import byte_level_tokenizer_json, tiny_text_model
 from tiny import llama_config, llama_tensors, tiny_llama
 

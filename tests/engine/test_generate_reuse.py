@@ -13,7 +13,7 @@ from attnviz.engine.computing import families
 from attnviz.engine.computing import qmatvec as qm  # noqa: F401  (first: numba's plain error text)
 from attnviz.engine.computing.edits import ReplaceHead
 from attnviz.engine.computing.generate import _StepTrace, held_kv, run_step
-from attnviz.engine.computing.model import allocated_bytes
+from attnviz.engine.computing.run_result import allocated_bytes
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Trace
 

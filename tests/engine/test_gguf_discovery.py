@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import ModelLoadError, find_models, load_model, resolve
-from attnviz.engine.reading import registry
+from attnviz.engine.reading import gguf_places, registry
 from attnviz.engine.reading.gguf_file import gguf_config, open_gguf
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
@@ -68,7 +68,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     for var in ("LLAMA_CACHE", "OLLAMA_MODELS"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(registry, "OLLAMA_SYSTEM_DIR", tmp_path / "no-system-ollama")
+    monkeypatch.setattr(gguf_places, "OLLAMA_SYSTEM_DIR", tmp_path / "no-system-ollama")
     return home
 
 
@@ -167,7 +167,7 @@ def test_env_vars_move_the_stores(home, tmp_path, monkeypatch):
     _tiny(tmp_path / "xdg-cache" / "llama.cpp" / "default-place.gguf")
     monkeypatch.setenv("LLAMA_CACHE", str(llama))
     monkeypatch.setenv("OLLAMA_MODELS", str(ollama))
-    monkeypatch.setattr(registry, "OLLAMA_SYSTEM_DIR", system)
+    monkeypatch.setattr(gguf_places, "OLLAMA_SYSTEM_DIR", system)
     found = _found()
     assert found["moved"].source == "llama.cpp"
     assert "default-place" not in found  # LLAMA_CACHE replaces the default folder
@@ -203,7 +203,7 @@ def test_broken_files_are_skipped_with_a_log_line(home, tmp_path, caplog):
     (ollama / "manifests" / "registry.ollama.ai" / "library" / "bad" / "latest").write_text("{not json")
     _ollama_manifest(ollama, "registry.ollama.ai/library/gone/latest", [(MODEL, "sha256:" + "a" * 64)])
     _ollama_manifest(ollama, "registry.ollama.ai/library/evil/latest", [(MODEL, "sha256:../../x")])
-    with caplog.at_level(logging.INFO, logger="attnviz.engine.reading.registry"):
+    with caplog.at_level(logging.INFO, logger="attnviz.engine.reading"):  # (registry, gguf_places)
         found = _found(include_unsupported=True)
     gguf = [n for n, m in found.items() if m.source in ("llama.cpp", "ollama")]
     assert gguf == ["good"]

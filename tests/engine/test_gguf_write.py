@@ -14,7 +14,8 @@ from attnviz.engine.analysing.predict import prediction_trace
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.reading.gguf_write import pre_tokenizer_name, write_gguf
+from attnviz.engine.reading.gguf_write import write_gguf
+from attnviz.engine.reading.gguf_write_tokenizer import pre_tokenizer_name
 from tests.tiny import FIXTURES, tiny_text_model
 from attnviz.engine.computing.request import RunRequest
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, ModelLoadError, load_model
-from attnviz.engine.computing.model import clean_text, parse_typed_ids
+from attnviz.engine.computing.text_input import clean_text, parse_typed_ids
 from attnviz.engine.computing.patterns import check_finite
 from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, tiny_llama, tiny_text_model, write_model
 from attnviz.engine.computing.request import RunRequest

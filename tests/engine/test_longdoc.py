@@ -9,7 +9,7 @@ import pytest
 
 from attnviz.engine import InputError, load_model
 from attnviz.engine.analysing import head_patterns, heads
-from attnviz.engine.computing import longdoc
+from attnviz.engine.computing import long_patterns, longdoc
 from attnviz.engine.analysing.find import find, find_long
 from attnviz.engine.computing.layers import attention_pattern, causal_mask, mask_bias, repeat_kv
 from attnviz.engine.computing.longdoc import LongTrace, run_long
@@ -208,9 +208,9 @@ def test_fold_segments_is_a_reduceat_over_segments_of_any_width():
     x = np.random.default_rng(0).standard_normal((200, 3, 5)).astype(np.float32)
     for edges in ([0, 1, 2, 40, 41, 199, 200], [0, 7, 14, 21, 200], list(range(0, 201, 25))):
         starts, stops = np.array(edges[:-1]), np.array(edges[1:])
-        np.testing.assert_array_equal(longdoc.fold_segments(x, starts, stops, np.maximum),
+        np.testing.assert_array_equal(long_patterns.fold_segments(x, starts, stops, np.maximum),
                                       np.maximum.reduceat(x, starts, axis=0))
-        np.testing.assert_allclose(longdoc.fold_segments(x, starts, stops, np.add),
+        np.testing.assert_allclose(long_patterns.fold_segments(x, starts, stops, np.add),
                                    np.add.reduceat(x, starts, axis=0), rtol=1e-5, atol=1e-5)
 
 
@@ -220,26 +220,26 @@ def test_a_heads_key_block_table_gives_its_later_overviews_within_float32_roundi
     computing every key within float32 rounding (the table's scores come from other products),
     a windowed layer's included; the dense pattern's block maxima within 1e-5."""
     calls = []  # every block of scores computed key by key (what the table spares)
-    real = longdoc.scores_t
+    real = long_patterns.scores_t
 
     def counted(*a, **kw):
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(longdoc, "TABLE_MIN_T", 1)
-    monkeypatch.setattr(longdoc, "TABLE_KEYS", 2)
-    monkeypatch.setattr(longdoc, "scores_t", counted)
+    monkeypatch.setattr(long_patterns, "TABLE_MIN_T", 1)
+    monkeypatch.setattr(long_patterns, "TABLE_KEYS", 2)
+    monkeypatch.setattr(long_patterns, "scores_t", counted)
     for name in ("llama_gqa", "mistral_window"):
         _, _, dense, lp = runs[name]
         T = lp.T
-        fresh, plain = (longdoc.LongPatterns(q=lp.q, k=lp.k, lse=lp.lse, scale=lp.scale, window=lp.window,
+        fresh, plain = (long_patterns.LongPatterns(q=lp.q, k=lp.k, lse=lp.lse, scale=lp.scale, window=lp.window,
                                              causal=lp.causal, n_group=lp.n_group) for _ in range(2))
         for layer in range(lp.n_layer):
             head = lp.n_head - 1
             drawn = len(calls)
             whole = fresh.overview(layer, (37, 9), "max", heads=[head])  # keys in cells of 4 or 5
             assert len(calls) > drawn  # the whole pattern's scores were computed (and the table filled)
-            assert (layer, head) in fresh.tables and len(fresh.tables) <= longdoc.TABLES_KEPT
+            assert (layer, head) in fresh.tables and len(fresh.tables) <= long_patterns.TABLES_KEPT
             np.testing.assert_array_equal(whole, plain.overview(layer, (37, 9), "max", heads=[head]))
             for region, shape in [((0, T, 0, T), (6, 5)), ((5, 30, 3, 33), (7, 4)), ((20, 37, 0, 37), (3, 4))]:
                 before = len(calls)

@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 from attnviz.engine import load_model
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading.gguf_file import open_gguf
 from attnviz.engine.reading.quantize import QUANT_TYPES, quant_type, quantize_rows, round_trip
 from tests.gguf_files import family_gguf, gguf_tensors, write_gguf
@@ -160,11 +160,11 @@ def test_a_quantized_model_keeps_to_the_memory_budget(smollm2, smollm2_q4_0):
     text = "Anna met Bob, and then Anna"
     full = smollm2_q4_0.run(text, request=RunRequest(use_cache=False)).attentions
     one = max(smollm2.weights.layers.sizes)
-    B.set_memory_budget(3 * one)
+    MB.set_memory_budget(3 * one)
     try:
         small = quantized_model(smollm2, "Q4_0")
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)
     assert small.weights.layers.kept == 2
     np.testing.assert_array_equal(small.run(text, request=RunRequest(use_cache=False)).attentions, full)
     np.testing.assert_array_equal(small.run(text, request=RunRequest(use_cache=False)).attentions, full)  # re-expanded

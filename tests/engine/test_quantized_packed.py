@@ -10,7 +10,7 @@ from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.quantized import QuantizedGGUFTensors, quantized_model
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading import qpack
 from attnviz.engine.reading.gguf_file import open_gguf
 from attnviz.engine.reading.gguf_write import write_gguf as attnviz_quantize
@@ -102,12 +102,12 @@ def test_the_budget_left_for_b_counts_as_packed_views(source, kernels):
     a = load_gguf(source)
     views = a.weights.layers.view_bytes()  # F32 A: its matrices have no kernel, held as views' float32
     b8 = quantized_model(a, "Q8_0")
-    B.set_memory_budget(10 * max(a.weights.layers.sizes))
+    MB.set_memory_budget(10 * max(a.weights.layers.sizes))
     try:
-        assert budget_left(b8) == B.chosen_budget() - b8.weights.layers.view_bytes()
-        assert budget_left(a) == B.chosen_budget() - views - a.weights.layers.held_bytes()
+        assert budget_left(b8) == MB.chosen_budget() - b8.weights.layers.view_bytes()
+        assert budget_left(a) == MB.chosen_budget() - views - a.weights.layers.held_bytes()
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)
 
 
 def test_the_tensors_give_the_packer_blocks_of_the_type(source):
@@ -126,16 +126,16 @@ def test_b_gets_what_a_packed_a_leaves_of_the_budget(source, tmp_path, kernels):
     views = a.weights.layers.view_bytes()
     assert views > 0 and a.weights.layers.held_bytes() == 0
     chosen = views + max(a.weights.layers.sizes)
-    B.set_memory_budget(chosen)
+    MB.set_memory_budget(chosen)
     try:
         asked = []
         b = load_second(lambda budget: asked.append(budget) or quantized_model(a, "Q4_0"), a, "B")
         assert asked == [chosen - views] and b.weights.layers.budget == chosen - views
-        B.set_memory_budget(views)  # all of it held by A's blocks: refused in one line
+        MB.set_memory_budget(views)  # all of it held by A's blocks: refused in one line
         with pytest.raises(InputError, match="memory budget .* is all held by .*'s layers"):
             load_second(lambda budget: quantized_model(a, "Q4_0"), a, "B")
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)
 
 
 @pytest.mark.parametrize("n_out", [1, 16, 37, 4096 + 5])

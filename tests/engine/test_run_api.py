@@ -18,7 +18,8 @@ from attnviz.engine.computing.layers import causal_mask, mask_bias
 from attnviz.engine.computing.longdoc import (
     DenseTooLarge, LongRun, LongTrace, block_attention, dense_bytes, run_long,
 )
-from attnviz.engine.computing.model import Model, RunResult
+from attnviz.engine.computing.model import Model
+from attnviz.engine.computing.run_result import RunResult
 from attnviz.engine.computing.request import Prepared, RunRequest
 from tiny import FIXTURES, tiny_llama, tiny_text_model
 

@@ -1,5 +1,5 @@
 """Compare where B reads A's unembedding (SmolLM2 against its own file): A's copy packed for the
-kernels, which a keystroke's next-token numbers read (compare.kernel_logits), is made while B opens
+kernels, which a keystroke's next-token numbers read (compare_tokens.kernel_logits), is made while B opens
 (compare_jobs.ready_heads, on B's load thread), not by the first keystroke's job on the pool."""
 
 from attnviz.ui.machinery.compare_jobs import BSource

@@ -13,6 +13,7 @@ import pytest
 from PySide6.QtTest import QTest
 
 from attnviz.engine.analysing import compare as C
+from attnviz.engine.analysing import compare_tokens as NT
 from attnviz.engine.computing.request import RunRequest
 from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
@@ -55,7 +56,7 @@ def test_each_keystroke_gets_its_next_token_numbers_and_the_strip_paints_them(wi
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
                     and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
     started = []  # (T, thread) of each next-token job as it starts
-    real = C.next_token_numbers
+    real = NT.next_token_numbers
 
     def spy(pair, known=None, stop=None):
         started.append((len(pair.a.ids), threading.current_thread()))
@@ -68,7 +69,7 @@ def test_each_keystroke_gets_its_next_token_numbers_and_the_strip_paints_them(wi
             submitted.append(request)
         return submit(kind, fn, on_done, request, *a, **k)
     w.worker.submit = record
-    C.next_token_numbers = spy
+    NT.next_token_numbers = spy
     try:
         w.text_box.setFocus()
         w.text_box.moveCursor(w.text_box.textCursor().MoveOperation.End)
@@ -84,7 +85,7 @@ def test_each_keystroke_gets_its_next_token_numbers_and_the_strip_paints_them(wi
                             timeout=WAIT)
         qtbot.waitUntil(lambda: jobs.comparison.doc["kld"] is not None, timeout=WAIT)
     finally:
-        C.next_token_numbers = real
+        NT.next_token_numbers = real
         w.worker.submit = submit
     assert started and all(t is not threading.main_thread() for _n, t in started)
     c = jobs.comparison
@@ -125,14 +126,14 @@ def test_a_keystroke_makes_the_running_next_token_job_stale(window, qtbot):
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
                     timeout=WAIT)
     gate, held = threading.Event(), []
-    real = C.next_token_numbers
+    real = NT.next_token_numbers
 
     def hold(pair, known=None, stop=None):
         if not held:
             held.append(stop)
             gate.wait(HOLD_S)
         return real(pair, known, stop)
-    C.next_token_numbers = hold
+    NT.next_token_numbers = hold
     try:
         w.set_text(TEXT + " cat")
         qtbot.waitUntil(lambda: bool(held), timeout=WAIT)
@@ -145,7 +146,7 @@ def test_a_keystroke_makes_the_running_next_token_job_stale(window, qtbot):
                         and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
     finally:
         gate.set()
-        C.next_token_numbers = real
+        NT.next_token_numbers = real
         w.worker.wait_idle()
     kl, _, _ = direct(w.state.model, w.state.checkpoints.model(0), jobs.comparison.result.input_ids)
     np.testing.assert_allclose(jobs.comparison.doc["kld"], kl, rtol=1e-5, atol=1e-8)
@@ -186,12 +187,12 @@ def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window
         getattr(panel, name).setObjectName(name)
         getattr(panel, name).installEventFilter(count)
     gate = threading.Event()
-    real = C.next_token_numbers
+    real = NT.next_token_numbers
 
     def hold(pair, known=None, stop=None):
         gate.wait(HOLD_S)
         return real(pair, known, stop)
-    C.next_token_numbers = hold
+    NT.next_token_numbers = hold
     try:
         w.set_text(TEXT + " cat")
         # the comparison painted (tiles, then the map a moment later), its numbers held
@@ -207,7 +208,7 @@ def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window
                         timeout=WAIT)
     finally:
         gate.set()
-        C.next_token_numbers = real
+        NT.next_token_numbers = real
         w.worker.wait_idle()
     drain_events()
     assert painted["tiles"] == 0 and painted["map"] == 0
@@ -237,12 +238,12 @@ def test_b_opens_with_the_unembeddings_the_next_token_numbers_read(window, qtbot
     w = window
     jobs = w.worker.compare_jobs
     built, at_open = [], []  # the models whose comparison heads were built; how many as B came in
-    real = C.build_head
+    real = NT.build_head
 
     def build(model, *args, **kw):
         built.append(model)
         return real(model, *args, **kw)
-    monkeypatch.setattr(C, "build_head", build)
+    monkeypatch.setattr(NT, "build_head", build)
     jobs.sigChanged.connect(lambda: at_open.append(list(built)) if jobs.b is not None and not at_open else None)
     open_compare(w, BSource("checkpoint", 0))
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,

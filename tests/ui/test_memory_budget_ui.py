@@ -8,7 +8,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from attnviz.engine import load_model
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from windows import wait_for_text
 
 
@@ -22,7 +22,7 @@ def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
         w.menus.memory_budget_action.trigger()
         model = w.state.model
         assert model.weights.layers.kept == 0 and "0 of 6 layers kept" in model.memory
-        assert B.chosen_budget() == 8 << 20
+        assert MB.chosen_budget() == 8 << 20
         assert QSettings(settings_path, QSettings.Format.IniFormat).value("memory_budget") == "8M"
         w.set_text("the keys to the cabinet are here")
         wait_for_text(qtbot, w, "the keys to the cabinet are here")
@@ -34,6 +34,6 @@ def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
         assert len(warned) == 3 and "less than one layer" in warned[0] and "not a size" in warned[1]
         # a bare 512 is not taken as 512 bytes: the message says so and what to type for megabytes
         assert "'512' would be 512 bytes: type 512M for megabytes" in warned[2]
-        assert B.chosen_budget() == 8 << 20 and model.weights.layers.budget == 8 << 20
+        assert MB.chosen_budget() == 8 << 20 and model.weights.layers.budget == 8 << 20
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)

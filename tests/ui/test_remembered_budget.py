@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from windows import open_window, wait_for_text, widget
 
 
@@ -26,7 +26,7 @@ def test_a_remembered_budget_that_cannot_load_the_model_falls_back_to_auto(
         assert "memory budget is auto now" in shown and "Models > Memory budget" in shown
         assert "No model is loaded" not in shown and "Could not load" not in shown
         assert shown.count("auto now") == 1
-        assert B.chosen_budget() is None
+        assert MB.chosen_budget() is None
         assert QSettings(settings_path, QSettings.Format.IniFormat).value("memory_budget") == "auto"
 
         offered, warned = [], []
@@ -43,7 +43,7 @@ def test_a_remembered_budget_that_cannot_load_the_model_falls_back_to_auto(
             w.load_model("all-MiniLM-L6-v2")
         assert "auto now" not in banner.text() or not banner.isVisible()
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)
 
 
 def test_the_dialog_never_offers_a_budget_it_would_refuse(window, monkeypatch):
@@ -73,10 +73,10 @@ def test_a_view_opened_with_no_model_on_screen_survives_the_fallback_to_auto(
     qtbot.waitUntil(lambda: widget(w, "error_banner").isVisible() and not w.state.loading, timeout=30000)
     assert w.state.model is None
     try:
-        B.set_memory_budget(1024)
+        MB.set_memory_budget(1024)
         w.open_view(path)
         qtbot.waitUntil(lambda: w.state.model is not None and w.state.result is not None, timeout=30000)
         assert "memory budget is auto now" in widget(w, "error_banner").text()
         qtbot.waitUntil(lambda: w.state.layer == 3, timeout=30000)
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)

@@ -96,7 +96,7 @@ def test_window_and_export_choices_round_trip(tmp_path):
 
 
 def test_the_memory_budget_is_remembered_and_applied_unless_the_command_line_chose_one(tmp_path):
-    from attnviz.engine.reading import budget as B
+    from attnviz.engine.reading import memory_budget as MB
 
     s = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     try:
@@ -104,17 +104,17 @@ def test_the_memory_budget_is_remembered_and_applied_unless_the_command_line_cho
         S.remember_memory_budget(s, " 4G ")
         assert S.saved_memory_budget(s) == "4G"
         S.apply_memory_budget(s)
-        assert B.chosen_budget() == 4 << 30
-        B.set_memory_budget(2 << 30, command_line=True)  # --memory-budget 2G wins for the session
+        assert MB.chosen_budget() == 4 << 30
+        MB.set_memory_budget(2 << 30, command_line=True)  # --memory-budget 2G wins for the session
         S.apply_memory_budget(s)
-        assert B.chosen_budget() == 2 << 30
-        B.set_memory_budget(None)
+        assert MB.chosen_budget() == 2 << 30
+        MB.set_memory_budget(None)
         s.setValue("memory_budget", "lots")  # a hand-edited file: auto
         assert S.saved_memory_budget(s) == "auto"
         S.apply_memory_budget(s)
-        assert B.chosen_budget() is None
+        assert MB.chosen_budget() is None
     finally:
-        B.set_memory_budget(None)
+        MB.set_memory_budget(None)
 
 
 FSYNC_S = 1.0  # every fsync made this slow: a sync on the window's thread stops it at least this long

@@ -31,7 +31,8 @@ from attnviz.engine.analysing.predict import (
     prediction_trace, vocab_token,
 )
 from attnviz.engine.computing.logits import vocab_logits
-from attnviz.engine.computing.model import RunResult, token_text
+from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.run_result import RunResult
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.computing.request import RunRequest
 

@@ -36,7 +36,7 @@ def find(result, query_pos, key_pos):
 
 
 def find_long(patterns, query_pos, key_pos):
-    """find() on a long run's patterns (longdoc.LongPatterns): only key k's column is computed."""
+    """find() on a long run's patterns (long_patterns.LongPatterns): only key k's column is computed."""
     q, k = _positions(patterns.T, query_pos, key_pos)
     _visible(q, k, patterns.causal)
     return rank_heads(patterns.column(k), q, k, patterns.causal)

@@ -22,7 +22,7 @@ from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
-from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading.token_text import quoted
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ def budget_left(a) -> int | None:
     beside `a`: the budget less a's layers held now, the float32 ones and the packed views of a
     model held in its file's blocks (kernels on). None: no budget was chosen, and the second model
     sizes its own from the memory available, which a's layers already use."""
-    chosen = B.chosen_budget()
+    chosen = MB.chosen_budget()
     if chosen is None:
         return None
     store = a.weights.layers
@@ -164,7 +164,7 @@ def load_second(load: Callable[[int | None], object], a, what: str):
     line naming `what` B is and, under a chosen budget, the numbers."""
     left = budget_left(a)
     if left is not None and left <= 0:
-        raise InputError(f"{what}: the memory budget of {B.format_bytes(B.chosen_budget())} is "
+        raise InputError(f"{what}: the memory budget of {MB.format_bytes(MB.chosen_budget())} is "
                          f"all held by {a.name}'s layers; give a larger --memory-budget "
                          "for two models")
     try:
@@ -173,7 +173,7 @@ def load_second(load: Callable[[int | None], object], a, what: str):
             b.set_memory_budget(left)
         return b
     except AttnvizError as exc:
-        room = "" if left is None else (f" ({B.format_bytes(left)} of the {B.format_bytes(B.chosen_budget())} "
+        room = "" if left is None else (f" ({MB.format_bytes(left)} of the {MB.format_bytes(MB.chosen_budget())} "
                                         f"memory budget left beside {a.name}'s layers)")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
         raise kind(f"{what}{room}: {exc}") from None

@@ -28,7 +28,8 @@ import numpy as np
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.logits import Unembedding, log_softmax
-from attnviz.engine.computing.model import allocated_bytes, token_text
+from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.run_result import allocated_bytes
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.sampling import MIN_TEMPERATURE, draw_p, draw_set, pick

@@ -23,7 +23,7 @@ def load_folder(path: Path, name: str | None = None, license: str | None = None,
                 budget: int | None = None) -> Model:
     """Load a checkpoint folder (config.json + safetensors [+ tokenizer.json]); its layers are
     expanded to float32 within the memory budget (`budget` bytes, else the one chosen with
-    budget.set_memory_budget, else the default from the memory available)."""
+    memory_budget.set_memory_budget, else the default from the memory available)."""
     return model_of(read_folder(path, name=name, license=license, budget=budget))
 
 
@@ -90,7 +90,7 @@ def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = Non
                eager: bool = True, text: str | None = None) -> Model:
     """Load a model by name (see registry.find_models), from a folder holding config.json +
     safetensors, or from a GGUF file; `budget`: bytes of float32 layers to keep expanded (default:
-    the budget chosen with budget.set_memory_budget, else from the memory available).
+    the budget chosen with memory_budget.set_memory_budget, else from the memory available).
     `eager=False`: a GGUF file's layers are expanded when a run first reaches them, not at load
     (safetensors layers always are: they are memory-mapped). `text`: the text a one-shot command
     will encode, which a GGUF file's SentencePiece vocabulary builds its tokenizer for first."""

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,45 +21,13 @@ from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest, kept_positions
+from attnviz.engine.computing.run_result import RunResult, kept_sizes
+from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
-from attnviz.engine.reading.budget import LayerStore, default_budget
+from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.memory_budget import default_budget
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunResult:
-    text: str
-    tokens: list[str]
-    labels: list[str]
-    offsets: list[tuple[int, int]]
-    input_ids: np.ndarray  # int64 [T]
-    attentions: np.ndarray  # float32 [n_layer, n_head, T, T]
-    kv_group: np.ndarray  # int64 [n_head]
-    truncated: bool = False
-    n_tokens_full: int = 0
-    compute_s: float = 0.0
-    cache_reused: int = 0  # tokens whose rows came from the KV cache
-    cache_computed: int = 0  # tokens computed this run (T for a full run)
-    cache_bytes: int = 0  # bytes of K and V the model's cache holds after this run (0: it keeps no cache)
-    # bytes of the memory those K and V arrays lie in: cache_bytes and the room the arrays keep for
-    # later positions (trace.append_positions); 0 where not measured
-    cache_allocated: int = 0
-    # whether this run read and extended the model's KV cache; False: it computed apart from it
-    # (another run held it, use_cache=False, edits, a trace's own past), and cache_bytes are then
-    # the cache as other runs left it, of another text
-    cache_used: bool = False
-    # the earlier texts' runs the KV cache keeps beside this one (KVCache.earlier), and their K and V bytes
-    cache_earlier: tuple[int, int] = (0, 0)
-    notice: str | None = None  # one line for the user about what was changed in the text, if anything
-    value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (RunRequest(values=True))
-    head_share: np.ndarray | None = None  # float32 [n_layer, n_head]: share of the layer's attention output
-    layer_inputs: tuple | None = None  # per layer float32 [T, d_model]: attention input (RunRequest(inputs=True))
-    trace: Trace | None = None  # the run's trace when the caller passed one (run(trace=...))
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.input_ids)
 
 
 class Model:
@@ -350,7 +316,7 @@ class Model:
                     raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
                                      "e.g. 5, 17, 3")
         if ids is not None:
-            ids = self._check_ids(ids)
+            ids = check_ids(ids, self.config.vocab_size)
             return text or "", notice, Encoded(ids.tolist(), None, [], [(0, 0)] * len(ids),
                                                [False] * len(ids))
         enc = self.tokenizer.encode(text, labels=False)
@@ -408,90 +374,6 @@ class Model:
             if owns:
                 with self._swap_lock:
                     self._release_cache()
-
-    def _check_ids(self, ids) -> np.ndarray:  # a sequence of ints -> int64 [T], T >= 1
-        V = self.config.vocab_size
-        if isinstance(ids, (str, bytes, bytearray)) or getattr(ids, "ndim", 1) != 1:
-            raise InputError(f"ids must be a flat list of integers, got {_short(ids)}")
-        if isinstance(ids, np.ndarray) and ids.size and ids.dtype.kind in "iu":  # (any other: item by item)
-            if ids.min() < 0 or ids.max() >= V:  # an integer array: checked at once
-                bad = np.flatnonzero((ids < 0) | (ids >= V))
-                raise InputError(f"token id {int(ids[bad[0]])} at position {int(bad[0])} is outside "
-                                 f"this model's vocabulary 0..{V - 1}")
-            return ids.astype(np.int64)
-        try:
-            items = list(ids)
-        except TypeError:
-            raise InputError(f"ids must be a list of integers, got {_short(ids)}") from None
-        if not items:
-            raise InputError("no token ids given: give at least one, e.g. 5, 17, 3")
-        for pos, x in enumerate(items):
-            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-                raise InputError(f"ids must be integers: position {pos} holds {_short(x)}")
-            if not 0 <= x < V:
-                raise InputError(f"token id {int(x)} at position {pos} is outside this model's "
-                                 f"vocabulary 0..{V - 1}")
-        return np.array(items, dtype=np.int64)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_TYPED_ID = re.compile(r"[+-]?[0-9]+")
-
-
-def kept_sizes(kept: KVCache | None) -> dict:
-    """RunResult's counts of what the model's cache `kept` holds (None: no cache): its current
-    run's K and V bytes, the memory their arrays lie in (0 where a run on another thread changed
-    the cache between the two reads: never a figure below the bytes it holds), and its earlier
-    runs and their K and V bytes."""
-    if kept is None:
-        return {"cache_bytes": 0, "cache_allocated": 0, "cache_earlier": (0, 0)}
-    nbytes, arrays = kept.nbytes, [*kept.k, *kept.v]
-    held = allocated_bytes(arrays) if sum(a.nbytes for a in arrays) == nbytes else 0
-    return {"cache_bytes": nbytes, "cache_allocated": held, "cache_earlier": kept.earlier_kv()}
-
-
-def allocated_bytes(arrays) -> int:
-    """Bytes of the memory `arrays` lie in: each array that owns its memory, or that a view's base
-    owns, once (a K or V array is a view of one with room for later positions: append_positions,
-    or of one buffer of every layer's: onerow_stack)."""
-    owners = {}
-    for a in arrays:
-        owner = a if a.base is None or not isinstance(a.base, np.ndarray) else a.base
-        owners[id(owner)] = owner.nbytes
-    return sum(owners.values())
-
-
-def _short(value, n: int = 60) -> str:
-    """`value` for a message: its type and a repr cut to n characters."""
-    r = repr(value)
-    return f"{type(value).__name__} {r if len(r) <= n else r[:n] + '...'}"
-
-
-def clean_text(text) -> tuple[str, str | None]:
-    """Text as a tokenizer can take it, and a one-line notice when something had to change.
-
-    Lone surrogates (U+D800..U+DFFF: a clipboard can carry them, and Python decodes bytes that are
-    not UTF-8 in argv to them) are not characters; the tokenizer refuses them. Each becomes U+FFFD,
-    one for one, so character offsets still index the caller's text. Anything but a str is refused."""
-    if not isinstance(text, str):
-        hint = "; decode it first" if isinstance(text, (bytes, bytearray)) else ""
-        raise InputError(f"text must be a str, got {_short(text)}{hint}")
-    text, n = _SURROGATE.subn("\ufffd", text)
-    if not n:
-        return text, None
-    return text, (f"{n} lone surrogate{'s' if n > 1 else ''} (U+D800..U+DFFF, not characters) "
-                  f"replaced by U+FFFD \ufffd")
-
-
-def parse_typed_ids(text: str) -> list[int] | None:
-    """Token ids typed as text ("5, 17 3"), or None when the text is not only integers."""
-    parts = [p for p in re.split(r"[\s,]+", text.strip()) if p]
-    if not all(_TYPED_ID.fullmatch(p) for p in parts):  # ASCII digits only: int() takes "٣" too
-        return None
-    for p in parts:
-        if len(p) > 20:  # int() refuses thousands of digits; no vocabulary is this big
-            raise InputError(f"token id {p[:20]}... is too large to be a token id")
-    return [int(p) for p in parts]
 
 
 def token_text(model, i: int) -> str:

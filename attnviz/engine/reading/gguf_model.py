@@ -30,7 +30,8 @@ from tokenizers import processors
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_text_vocab as text_vocab
 from attnviz.engine.reading import gguf_vocab as vocab
-from attnviz.engine.reading.budget import LayerStore, float32_array, resolve_budget
+from attnviz.engine.reading.budget import LayerStore, float32_array
+from attnviz.engine.reading.memory_budget import resolve_budget
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.reading.gguf_file import (
     PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,

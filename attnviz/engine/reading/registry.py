@@ -1,17 +1,14 @@
 """Finding models: the bundled ones, the user's Hugging Face cache, the built-in textbook model,
 GGUF files that llama.cpp, LM Studio and Ollama keep, and any folder or file given by path.
-Nothing here touches the network, and listing never loads or dequantises a weight."""
+Nothing here touches the network, and listing never loads or dequantises a weight. Where
+llama.cpp, LM Studio and Ollama keep their files: gguf_places.py."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.resources
 import importlib.util
-import json
 import logging
-import os
-import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +17,9 @@ from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.reading.gguf_file import (
     ARCHITECTURES, gguf_display_name, gguf_in_folder, is_gguf, open_gguf,
+)
+from attnviz.engine.reading.gguf_places import (
+    gguf_files, llama_cpp_cache, lm_studio_dirs, ollama_blob_name, ollama_dirs, ollama_models,
 )
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
@@ -39,7 +39,6 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # away (Models menu).
 WINDOW_MODEL = SMOLLM2_MODEL
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", SMOLLM2_FILE, SMOLLM2_FILE[:-5])
-OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")  # Linux installs run as user `ollama`
 
 
 @dataclass(frozen=True)
@@ -130,9 +129,6 @@ def _info(name, path, source, license=None) -> ModelInfo | None:
 # thousands of tokens. Listing needs a dozen numbers, so this walks the header in a
 # memory map and steps over the arrays (a string array still costs one length read per item).
 
-_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split
-
-
 @dataclass(frozen=True)
 class GGUFHeader:
     arch: str
@@ -206,7 +202,7 @@ def _gguf_header_cached(path: Path) -> GGUFHeader:
     return got
 
 
-# ---- where GGUF files are kept ------------------------------------------------------------------
+# ---- GGUF files found where other tools keep them (gguf_places.py) ------------------------------
 
 @dataclass(frozen=True)
 class _GGUFEntry:
@@ -215,116 +211,6 @@ class _GGUFEntry:
     source: str
     license: str | None = None
     aliases: tuple[str, ...] = ()
-
-
-def _llama_cpp_cache() -> Path:
-    """llama.cpp's -hf download folder (common/common.cpp fs_get_cache_directory)."""
-    if os.environ.get("LLAMA_CACHE"):
-        return Path(os.environ["LLAMA_CACHE"]).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "llama.cpp"
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "llama.cpp"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "llama.cpp"
-
-
-def _lm_studio_dirs() -> list[Path]:
-    return [Path.home() / ".lmstudio" / "models", Path.home() / ".cache" / "lm-studio" / "models"]
-
-
-def _ollama_dirs() -> list[Path]:
-    env = os.environ.get("OLLAMA_MODELS")
-    dirs = [Path(env).expanduser() if env else Path.home() / ".ollama" / "models"]
-    if os.access(OLLAMA_SYSTEM_DIR, os.R_OK | os.X_OK):
-        dirs.append(OLLAMA_SYSTEM_DIR)
-    return dirs
-
-
-def _gguf_files(root: Path) -> list[Path]:
-    """The .gguf files under root, sorted; of a split model only its first part."""
-    found = []
-    for folder, dirs, files in os.walk(root):  # unreadable folders are passed over
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for f in sorted(files):
-            if not f.lower().endswith(".gguf"):
-                continue
-            part = _SPLIT_PART.search(f)
-            if part and int(part[1]) != 1:
-                continue
-            found.append(Path(folder) / f)
-    return found
-
-
-_OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
-_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
-
-
-def _ollama_name(manifests: Path, manifest: Path) -> str | None:
-    """manifests/<registry>/<namespace>/<model>/<tag> -> ollama:<model>:<tag> as `ollama list`
-    writes it (the default registry and the `library` namespace left out)."""
-    parts = manifest.relative_to(manifests).parts
-    if len(parts) != 4:
-        return None
-    registry, namespace, model, tag = parts
-    name = f"{model}:{tag}"
-    if namespace != "library" or registry != "registry.ollama.ai":
-        name = f"{namespace}/{name}"
-    if registry != "registry.ollama.ai":
-        name = f"{registry}/{name}"
-    return "ollama:" + name
-
-
-def _ollama_models(store: Path) -> list[tuple[list[str], Path]]:
-    """([names], model blob) for each model in an Ollama store; tags of one blob are grouped."""
-    manifests, blobs = store / "manifests", store / "blobs"
-    by_blob: dict[Path, list[str]] = {}
-    for folder, dirs, files in os.walk(manifests):
-        dirs.sort()
-        for f in sorted(files):
-            manifest = Path(folder) / f
-            name = _ollama_name(manifests, manifest)
-            if name is None:
-                continue
-            try:
-                if manifest.stat().st_size > 1 << 20:
-                    raise ValueError("larger than 1 MiB")
-                layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers") or []
-                digest = next(layer["digest"] for layer in layers
-                              if layer.get("mediaType") == _OLLAMA_MODEL_LAYER)
-            except StopIteration:
-                log.info("skipping Ollama manifest %s: no model layer", manifest)
-                continue
-            except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
-                log.warning("skipping Ollama manifest %s: %s", manifest, exc)
-                continue
-            match = _DIGEST.fullmatch(str(digest))
-            if match is None:
-                log.warning("skipping Ollama manifest %s: model digest %r", manifest, digest)
-                continue
-            blob = blobs / f"sha256-{match[1]}"
-            if blob.is_file():
-                by_blob.setdefault(blob, []).append(name)
-            else:
-                log.info("skipping %s: its blob %s is missing", name, blob.name)
-    # a tag other than `latest` names the model best, and the default registry's name;
-    # `ollama:x` means `ollama:x:latest`
-    out = []
-    for blob, names in by_blob.items():
-        names.sort(key=lambda n: (n.endswith(":latest"), n.count("/"), n))
-        short = [n[:-len(":latest")] for n in names if n.endswith(":latest")]
-        out.append((names + short, blob))
-    return out
-
-
-def _ollama_blob_name(path: Path) -> str | None:
-    """The Ollama name of a blob given by path, from the manifests beside its blobs folder."""
-    if path.parent.name != "blobs" or not (path.parent.parent / "manifests").is_dir():
-        return None
-    for names, blob in _ollama_models(path.parent.parent):
-        if blob.name == path.name:
-            return names[0]
-    return None
 
 
 def _gguf_entries(hf_snapshots: list[tuple[str, Path]]) -> list[_GGUFEntry]:
@@ -354,17 +240,17 @@ def _gguf_entries(hf_snapshots: list[tuple[str, Path]]) -> list[_GGUFEntry]:
     if smollm2 is not None:
         add(SMOLLM2_MODEL, smollm2, "package", license="apache-2.0", aliases=SMOLLM2_ALIASES)
     for repo_id, snap in hf_snapshots:
-        files = _gguf_files(snap)
+        files = gguf_files(snap)
         for f in files:
             stem = gguf_display_name(None, f)
             add(f"{repo_id}:{stem}", f, "hf-cache", snap,
                 aliases=(stem, f.name) + ((repo_id,) if len(files) == 1 else ()))
-    for source, roots in (("llama.cpp", [_llama_cpp_cache()]), ("lm-studio", _lm_studio_dirs())):
+    for source, roots in (("llama.cpp", [llama_cpp_cache()]), ("lm-studio", lm_studio_dirs())):
         for root in roots:
-            for f in _gguf_files(root):
+            for f in gguf_files(root):
                 add(gguf_display_name(None, f), f, source, root, aliases=(f.name,))
-    for store in _ollama_dirs():
-        for names, blob in _ollama_models(store):
+    for store in ollama_dirs():
+        for names, blob in ollama_models(store):
             add(names[0], blob, "ollama", store, aliases=names[1:])
     return found
 
@@ -447,7 +333,7 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
             if _same(path, smollm2_file()):  # the bundled file: named as when opened by name
                 return SMOLLM2_MODEL, path, "apache-2.0"
-            return _ollama_blob_name(path) or gguf_display_name(None, path), path, None
+            return ollama_blob_name(path) or gguf_display_name(None, path), path, None
         folder = path.parent if path.is_file() else path
         if path.is_file() and not (folder / "config.json").exists():
             raise ModelLoadError(

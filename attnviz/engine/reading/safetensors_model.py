@@ -17,7 +17,8 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.reading.budget import LayerStore, resolve_budget
+from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.memory_budget import resolve_budget
 from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
@@ -265,7 +266,7 @@ def read_folder(path: Path, name: str | None = None, license: str | None = None,
                 budget: int | None = None) -> ReadModel:
     """Read a checkpoint folder (config.json + safetensors [+ tokenizer.json]); its layers are
     expanded to float32 within the memory budget (`budget` bytes, else the one chosen with
-    budget.set_memory_budget, else the default from the memory available)."""
+    memory_budget.set_memory_budget, else the default from the memory available)."""
     path = Path(path).expanduser()
     if path.is_file():
         if path.suffix in PICKLE_SUFFIXES:

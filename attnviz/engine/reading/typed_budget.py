@@ -1,10 +1,10 @@
-"""A memory budget as a person types it (the window's dialog, --memory-budget): budget.parse_budget,
-with a bare number too small to be meant as bytes refused."""
+"""A memory budget as a person types it (the window's dialog, --memory-budget):
+memory_budget.parse_budget, with a bare number too small to be meant as bytes refused."""
 
 from __future__ import annotations
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.reading.budget import parse_budget
+from attnviz.engine.reading.memory_budget import parse_budget
 
 
 def parse_typed_budget(text: str) -> int | None:

@@ -21,8 +21,9 @@ the pool's thread and B starts as A ends, while A's result goes to the window; n
 thread lies between the two runs. The next-token numbers (KL
 over the whole vocabulary, same top-1, flips) follow each comparison as a job of their own
 ('compare-next'), for the new positions only: a position whose final-norm inputs on both sides are
-bit for bit those of the last numbers keeps its numbers (compare.next_tokens). The next keystroke
-stops the job at the unembedding's next block, so a keystroke's runs wait for one block at most.
+bit for bit those of the last numbers keeps its numbers (compare_tokens.next_tokens). The next
+keystroke stops the job at the unembedding's next block, so a keystroke's runs wait for one block
+at most.
 The induction heads are
 compared once per B, on the probe ('compare-probe'), which does not depend on the text: a
 keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
@@ -127,7 +128,7 @@ class Handoff:
         -> the RunResult the grid shows (or the LongRun of a long text, kept as nothing)."""
         from attnviz.engine.analysing.compare import compare_trace
         from attnviz.engine.analysing.effects import CLEAN, WindowRun
-        from attnviz.engine.computing.model import RunResult
+        from attnviz.engine.computing.run_result import RunResult
 
         trace = compare_trace()
         result = model.run(text, request=request, trace=trace)
@@ -181,16 +182,16 @@ def load_b(a, source: BSource):
 
 def ready_heads(a, b) -> None:
     """Build, as B opens, the unembeddings a keystroke's next-token numbers read: both sides'
-    tables (compare.pair_heads: each checked finite in one pass over it) and A's packed for the
-    kernels where B reads the same table (compare.kernel_logits). Built by the first keystroke's
+    tables (compare_tokens.pair_heads: each checked finite in one pass over it) and A's packed for the
+    kernels where B reads the same table (compare_tokens.kernel_logits). Built by the first keystroke's
     job instead, they would hold the pool for a pass that no keystroke stops, and the next
     keystrokes' runs behind it. Nothing for a model that predicts no next token."""
-    from attnviz.engine.analysing import compare as C
+    from attnviz.engine.analysing import compare_tokens as NT
     from attnviz.engine.errors import NoPrediction
 
-    if not (C.predicts(a) and C.predicts(b)):
+    if not (NT.predicts(a) and NT.predicts(b)):
         return
-    ha, hb = C.pair_heads(a, b)
+    ha, hb = NT.pair_heads(a, b)
     if a.weights.packed_types and hb.w_u is ha.w_u:
         try:
             _ = a.lm_head().packed  # (a head packs its table the first time this is asked)
@@ -215,7 +216,7 @@ class CompareJobs(QObject):
         self.mode = "A-B"
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
-        self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
+        self._known = None  # compare_tokens.next_token_numbers' `seen` of the last numbers: what is reused
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
         self._handoff: Handoff | None = None  # the newest run a queued 'compare' job follows
         self._follower = None  # pair.Follower of A's runs for B's cache, made as B opens
@@ -423,7 +424,7 @@ class CompareJobs(QObject):
     def _request_next(self) -> None:
         """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
         shared prefix with the last ones reused."""
-        from attnviz.engine.analysing import compare as C
+        from attnviz.engine.analysing import compare_tokens as NT
 
         c, known = self.comparison, self._known
         if c is None or c.doc is None:
@@ -433,7 +434,7 @@ class CompareJobs(QObject):
             return not self.worker.is_newest(NEXT_KIND, job_id)
 
         def work():
-            out = C.next_token_numbers(c.pair, known, stale)
+            out = NT.next_token_numbers(c.pair, known, stale)
             release_free_memory()
             return out
         self.worker.submit(NEXT_KIND, work, self._on_next, c, POOL, job_id=job_id)

@@ -344,7 +344,7 @@ def apply_memory_budget(settings: QSettings) -> str:
     """Models loaded from now on get the remembered budget, unless the command line chose one.
     A remembered budget the dialog would refuse is put back to auto, remembered so; returns what
     the window says about that once ('' when nothing was changed)."""
-    from attnviz.engine.reading.budget import chosen_by_command_line, parse_budget, set_memory_budget
+    from attnviz.engine.reading.memory_budget import chosen_by_command_line, parse_budget, set_memory_budget
 
     if chosen_by_command_line():
         return ""

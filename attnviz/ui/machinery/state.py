@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.computing.model import clean_text
+from attnviz.engine.computing.text_input import clean_text
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.view import Shown, same_prefix

@@ -80,7 +80,7 @@ def changed_views(state) -> list[str]:
 
 def _predicts(model) -> bool:
     """Whether the model has a head (Model.lm_head: the one its analyses build and keep; not
-    compare.predicts, which checks every row of a quantised unembedding, on this thread)."""
+    compare_tokens.predicts, which checks every row of a quantised unembedding, on this thread)."""
     from attnviz.engine.errors import NoPrediction
 
     try:

@@ -3,7 +3,7 @@ that model is opened), failed (the banner, and what stays on screen) or cancelle
 
 from __future__ import annotations
 
-from attnviz.engine.reading.budget import chosen_by_command_line
+from attnviz.engine.reading.memory_budget import chosen_by_command_line
 from attnviz.ui.machinery import settings as remembered
 from attnviz.ui.views.notices import sentence, status_line
 
@@ -46,7 +46,7 @@ def load_with_auto(w, source: str, message: str, fallback: str | None) -> None:
     """The remembered memory budget is below one layer of the model opened, and no model is on
     screen (at start-up): the budget goes back to auto, remembered so, and the model loads again;
     the banner says so while it loads, and once it is shown (loaded)."""
-    from attnviz.engine.reading.budget import chosen_budget, format_bytes, set_memory_budget
+    from attnviz.engine.reading.memory_budget import chosen_budget, format_bytes, set_memory_budget
 
     was = chosen_budget()
     set_memory_budget(None)
