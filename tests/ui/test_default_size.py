@@ -348,9 +348,11 @@ def _check_every_dock(qtbot, w, size):
     view = w.grid.gw
     shown = w.grid.titles()
     titles = [t for t in view.scene().items()  # the scene's text items that are head titles
-              if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible() and t.text() in shown]
+              if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible()
+              and (t.text() in shown or t.toolTip() in shown)]  # (shown short: whole in the tooltip)
     assert len(shown) == len(titles) == w.state.model.config.n_head
     for t in titles:
+        assert "\u2026" not in t.text(), f"{t.text()!r} is cut short of {t.toolTip()!r}"
         # (drawn unscaled in screen pixels: the item's device transform places it)
         r = t.deviceTransform(view.viewportTransform()).mapRect(t.boundingRect()).toAlignedRect()
         assert view.viewport().rect().contains(r), f"{t.text()!r} at {r.getRect()} is cut"

@@ -246,14 +246,15 @@ class HeatmapGrid(QWidget):
                 marks += f"  · {100 * share[l][h]:.0f}% out"
             # (the badge last: a title cut short of the next tile's loses the badge before the marks)
             marks += f"  {badge}" if badge else ""
-            # (the short form: without the layer, which every title of the view shares)
-            self._titles[i].setText(side + head_title(l, h) + marks, side + f"H{h}" + marks)
+            # (the short form: without what every title of the view shares, the layer and the
+            # compared side, which the layer selector and the Grid shows buttons name)
+            self._titles[i].setText(side + head_title(l, h) + marks, f"H{h}" + marks)
         self._title_form()
 
     def _title_form(self) -> None:
         """Layer view: where any title is too wide for its tile, every title without its layer
-        ("H6  induction", the layer is the view's), so the row reads alike; cut with "…" only
-        where even that is too wide."""
+        and compared side ("H6  induction", for "A − B L18 H6  induction": the view's), so the
+        row reads alike; cut with "…" only where even that is too wide."""
         shown = [t for t in self._titles if t.isVisible()]
         short = self.layout_ is not None and self.layout_.mode == "layer" and not all(t.fits() for t in shown)
         for t in shown:
