@@ -27,7 +27,7 @@ from attnviz.engine.reading.validate import read_json_object
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.view import Shown
 
-# the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
+# the colormaps the window offers (pyqtgraph's names; style.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
 DEFAULT_COLORMAP = COLORMAPS[0]
 MIN_WIDTH, MAX_WIDTH = 300, 12000  # pixels an exported image may be wide (heatmaps and anatomy)
