@@ -25,16 +25,16 @@ comes after the caller has left the call skips it (its arrays may be read-only b
 fails (an exception in the call) marks the call aborted; the other stops waiting and the caller
 raises. Only where the CPU is x86-64 (the spin's `pause`); elsewhere onerow_stack's one thread.
 A chunk the partner took waits for the partner's turn on its core: where the other core is busy
-with other work, the call is slower than one thread's. So the calls of a run's layers are chosen
-by a Fallback (onerow_stack keeps one per model and layer range): it times each call, and while
-the pair does not pay (the faster of its last PAIR_RUNS calls above PAYS times the faster of the
-last one-thread calls) takes the one-thread call instead for the next `backoff` calls (BACKOFF
-at first, doubled each time the pair fails again, at most MAX_BACKOFF; back to BACKOFF once it
-pays), then tries the pair again; every PROBE pair calls one one-thread call renews the
+with other work, the call is slower than one thread's. So the calls of a run's layers are chosen by
+a Fallback (pair_fallback; onerow_stack keeps one per model and layer range): it times each call,
+and while the pair does not pay (the faster of its last PAIR_RUNS calls above PAYS times the faster
+of the last one-thread calls) takes the one-thread call instead for the next `backoff` calls
+(BACKOFF at first, doubled each time the pair fails again, at most MAX_BACKOFF; back to BACKOFF
+once it pays), then tries the pair again; every PROBE pair calls one one-thread call renews the
 reference (a run's calls grow slower as T grows). Either call gives the same bits, so the choice
 never changes a number. `generate` and the window's generation take it for their steps
-(parallel.limit_kernel_threads' `pair_steps`); a keystroke keeps its one thread (the window's
-cap: the core that paints stays free).
+(parallel.limit_kernel_threads' `pair_steps`); a keystroke keeps its one thread (the window's cap:
+the core that paints stays free).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ import platform
 import queue
 import threading
 import time
-from collections import deque
 
 import numpy as np
 from llvmlite import ir
@@ -58,6 +57,8 @@ from attnviz.engine.computing import qbytes, qdot, qmadd
 from attnviz.engine.computing.rowmath import (
     JIT, rms_norm_of, rotate_of, scores_ahead_of, softmax_of, swiglu_of, weighted_of)
 from attnviz.engine.computing.qx import sums
+from attnviz.engine.computing.pair_fallback import (  # noqa: F401 (this module's names for its callers)
+    BACKOFF, MAX_BACKOFF, PAIR_RUNS, PAYS, PROBE, TAKEN, Fallback)
 from attnviz.engine.reading.qpack import LANES
 
 kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
@@ -385,56 +386,3 @@ def _partner_left(sync, wait_s: float = LEFT_WAIT_S) -> None:
     deadline = time.monotonic() + wait_s
     while not sync[LEFT] and time.monotonic() < deadline:
         time.sleep(0.0005)
-
-
-PAYS = 1.0  # the pair kept while no slower than this times one thread (else a core idles)
-PAIR_RUNS = 2  # pair calls a decision looks at (the faster: one late wake-up is no verdict)
-PROBE = 16  # pair calls between one-thread calls renewing the reference (each costs a gain)
-BACKOFF = 4  # one-thread calls after the pair failed, doubled while it fails (a try costs one)
-MAX_BACKOFF = 64  # at most: a core freed again is used within as many calls
-TAKEN = {"pair": 0, "one": 0}  # the calls every Fallback chose, each way (tests, benchmarks)
-_COUNTING = threading.Lock()  # TAKEN's: two models' Fallbacks may record at once
-
-
-class Fallback:
-    """The pair or one thread for a run's next call (module docstring): take_pair() before it,
-    record(pair, seconds) after it (what it took and how long)."""
-
-    def __init__(self):
-        self._ones, self._pairs = deque(maxlen=2), deque(maxlen=PAIR_RUNS)
-        self._wait, self._backoff, self._since = 0, BACKOFF, 0
-        self._p = -1  # the position of the last call asked about
-        self._lock = threading.Lock()
-
-    def take_pair(self, p: int | None = None) -> bool:
-        """Whether the next call (of the row at position p) takes the pair. A position before the
-        last one's is a new run (a new generation): the times measured at longer ones go, and its
-        first call takes one thread for a reference of its own."""
-        with self._lock:
-            if p is not None:
-                if p < self._p:
-                    self._ones.clear()
-                    self._pairs.clear()
-                    self._wait, self._backoff, self._since = 0, BACKOFF, 0
-                self._p = p
-            return bool(self._ones) and self._wait == 0 and self._since < PROBE
-
-    def record(self, pair: bool, seconds: float) -> None:
-        with _COUNTING:
-            TAKEN["pair" if pair else "one"] += 1
-        with self._lock:
-            if not pair:
-                self._ones.append(seconds)
-                self._wait, self._since = max(0, self._wait - 1), 0
-                return
-            self._since += 1
-            self._pairs.append(seconds)
-            if len(self._pairs) < PAIR_RUNS:
-                return
-            if min(self._pairs) <= PAYS * min(self._ones):
-                self._backoff = BACKOFF
-                return
-            self._wait, self._backoff = self._backoff, min(2 * self._backoff, MAX_BACKOFF)
-            log.info("two threads slower than one (%.2f ms against %.2f ms): one thread for %d calls",
-                     1e3 * min(self._pairs), 1e3 * min(self._ones), self._wait)
-            self._pairs.clear()
