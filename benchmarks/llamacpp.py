@@ -295,7 +295,7 @@ def _turns(model, head, llama: LlamaChild | None, T: int, ids: list[int], rng, r
 def _floor_reads(store, head) -> dict:
     """The floors' arrays: the layers' packed arrays, and those and the unembedding's, with the
     reads of each (ms lists, empty) and their bytes."""
-    from benchmarks.qsteps import packed_arrays, part_arrays  # (the floor of qsteps' goal: the same arrays)
+    from benchmarks.pair_floor import packed_arrays, part_arrays  # (the floor of qsteps' goal: the same arrays)
 
     layers = packed_arrays(store)
     unembedding = part_arrays(p for _, p in head.packed.parts)

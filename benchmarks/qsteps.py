@@ -30,6 +30,10 @@ in one process, in turns (not a test).
   the memory's bandwidth, and the kernels' products beat it).
   Beside it, the layers' matrix products alone (every packed matrix once, one row, the serial
   kernels) against the same floor: what the kernels take, the step's rest being its other steps.
+  Beside them, on two threads started together (benchmarks/pair_floor.py): the same bytes' plain
+  read, each thread a half, and the layers' products alone in onerow_pair's chunks (each matrix a
+  stage both threads share, as a step's are), against the one-thread floor: what the pair could
+  reach, and what the kernels' own work leaves of it.
   Beside the goal's floor, one that also counts the float32 K and V the step reads (every layer's
   T positions: 23.6 MB for SmolLM2 at T = 512), at the same read bandwidth: no goal.
 - run of n rows (16, 64, 128, 256, 512) where no layer's float32 copy is held (the model as loaded with
@@ -60,6 +64,7 @@ import time
 import numpy as np
 
 from attnviz.engine.computing.request import RunRequest
+from benchmarks.pair_floor import packed_arrays, products_alone, two_threads
 from benchmarks.record import figure, write
 from benchmarks.streaming import read_ms
 
@@ -149,43 +154,9 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
     return best, sum(int(m.nbytes) for m in mats)
 
 
-def _packed_parts(store) -> list:
-    """Every Packed part of every layer's packed matrices (W_qkv, W_o, W_in, W_out), in order."""
-    mats = [m for i in range(len(store)) for m in (lambda pl: (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out))(
-        store.packed_view(i).packed) if m is not None]
-    return [p for m in mats for _, p in m.parts]
-
-
-def part_arrays(parts) -> list:
-    """Every array of Packed parts (blocks, scales, offsets): what the kernels read of them."""
-    return [a for p in parts for a in (p.q, p.scale, p.offset) if a is not None]
-
-
-def packed_arrays(store) -> list:
-    """Every array the layers' packed matrices hold: what a step's products read."""
-    return part_arrays(_packed_parts(store))
-
-
 def _kv_bytes(cfg, T: int) -> int:
     """Bytes of float32 K and V a step at T tokens reads: every layer's [n_kv_head, T, d_head] x2."""
     return 2 * cfg.n_layer * cfg.n_kv_head * T * cfg.d_head * 4
-
-
-def _products_alone(store, repeat: int) -> list[float]:
-    """ms of the layers' matrix products of one row on their own: every packed matrix of every
-    layer once, on the serial kernel a generation step's layers take (qmatvec.SERIAL), x fixed."""
-    from attnviz.engine.computing import qmatvec as qm
-    parts = _packed_parts(store)
-    rng = np.random.default_rng(3)
-    calls = [(qm.SERIAL[qm._kernel_of(p)], p.args, rng.standard_normal((1, p.n_in), dtype=np.float32),
-              np.empty((1, p.q.shape[0] * 16), np.float32)) for p in parts]
-    times = []
-    for _ in range(repeat + 1):
-        t0 = time.perf_counter()
-        for kernel, args, x, y in calls:
-            kernel(*args, x, y)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times[1:]  # (the first warms)
 
 
 def _unexpanded_runs(store, repeat: int) -> list:
@@ -340,6 +311,28 @@ def _as_generate_figures(T: int, steps, ratios, took, floor: float, load: float)
     ]
 
 
+def _two_thread_figures(store, T: int, floor: float, alone: float, repeat: int) -> list[dict]:
+    """The packed bytes' plain read and the layers' products alone on two threads (pair_floor's
+    two_threads), against one thread's floor and products."""
+    times = two_threads(store, repeat)
+    if times is None:
+        return []
+    read, prods = statistics.median(times["read"]), statistics.median(times["products"])
+    print(f"  two threads: plain read {read:.2f} ms ({read / floor:.2f}x one thread's floor), the "
+          f"products alone {prods:.2f} ms ({prods / floor:.2f}x; one thread's {alone:.2f} ms)", flush=True)
+    return [
+        figure(f"generation step T = {T}: two threads' plain read / quantised-bytes floor", read / floor, "x",
+               runs=times["read"], note=f"median {read:.2f} ms: each thread a contiguous half of the "
+                                        f"packed arrays, both started together; floor {floor:.2f} ms "
+                                        f"(one thread's); no goal"),
+        figure(f"generation step T = {T}: the layers' products alone on two threads / quantised-bytes "
+               f"floor", prods / floor, "x", runs=times["products"],
+               note=f"median {prods:.2f} ms (one thread's serial kernels {alone:.2f} ms): every packed "
+                    f"matrix a stage of onerow_pair's chunks on two threads, in turns with the read "
+                    f"above; no goal"),
+    ]
+
+
 def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) -> list[dict]:
     """Generation steps at T: the three ways' medians, against the floors of the bytes a step
     reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
@@ -368,7 +361,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
         t = time.perf_counter()
         head.logits(final)
         logits.append((time.perf_counter() - t) * 1e3)
-    alone = _products_alone(store, repeat)
+    alone = products_alone(store, repeat)
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
     two, gen = statistics.median(times["one call, two threads"]), statistics.median(times[PAIRED])
     figs = [
@@ -421,6 +414,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                note=f"floor {floor_kv:.2f} ms: the packed bytes and the {kv / 1e6:.1f} MB of "
                     f"float32 K and V the step reads (every layer's T positions), at the same "
                     f"read bandwidth"),
+        *_two_thread_figures(store, T, floor, statistics.median(alone), repeat),
         figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
                runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                  "where the head is packed (the kernels)"),
