@@ -45,20 +45,20 @@ def test_patched_logit_differences_match_transformers(smollm2, ref, what, layers
 
 def test_targets_the_two_texts_score_alike_are_refused(smollm2, ref):
     """At the indirect-object pair's last token, a target and alt whose logit difference the two
-    texts give nearly alike (apart by about 3e-5 while float32 rounds each by about 1e-5) are
-    refused: their effects were rounding shown to 4 decimals (about 8% off against float64)."""
-    with pytest.raises(PT.InputError, match=r"differ by \S+, less than 0.001 of .* an effect would "
-                                            r"measure rounding"):
-        PT.patch(smollm2, ref["ids_clean"], ref["ids_corrupt"], "head_out", layers=[23],
-                 target=45590, alt=36855)
+    texts give nearly alike are refused, whether the diffs are large (7.8845 and 7.88447: effects
+    of +12327 that float64 puts at 11363) or both near 0 (+0.00018 and -0.0013: rounding of about
+    5e-6 a diff gave effects off by 0.003); the default pair ('Mary' against 'John') is not."""
+    for target, alt in ((45590, 36855), (2489, 37338)):
+        with pytest.raises(PT.InputError, match=r"differ by \S+, under \S+ \(5e-05 x .* an effect "
+                                                r"would measure float32 rounding"):
+            PT.patch(smollm2, ref["ids_clean"], ref["ids_corrupt"], "head_out", layers=[23],
+                     target=target, alt=alt)
+    got = PT.patch(smollm2, ref["ids_clean"], ref["ids_corrupt"], "head_out", layers=[0])
+    assert got.metric.diff_clean - got.metric.diff_corrupt > 10
 
 
-@pytest.mark.parametrize("dc, dd, refused", [(7.8845, 7.88453, True), (6.12, -5.49, False),
-                                              (0.0005, 0.0, True), (0.0025, 0.0, False),
-                                              (-300.0, -300.2, True), (-300.0, -300.4, False)])
-def test_the_spread_is_judged_against_the_diffs_size(dc, dd, refused):
-    if refused:
+def test_the_spread_floor_scales_with_the_unembedding_and_stream_not_the_diffs():
+    PT.check_spread(0.0, 0.001, size=10.0)  # floor 5e-4
+    for dc, dd, size in ((0.0, 0.0004, 10.0), (7.0, 7.004, 100.0), (1.0, float("nan"), 1.0)):
         with pytest.raises(PT.InputError, match="nearly the same"):
-            PT.check_spread(dc, dd)
-    else:
-        PT.check_spread(dc, dd)
+            PT.check_spread(dc, dd, size)

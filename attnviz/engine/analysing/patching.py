@@ -12,8 +12,9 @@ same formula gives 1 where nothing changed (the clean run's diff) and 0 where th
 brought the corrupted answer in whole. `unpatched` is the effect of a patch that changes nothing
 (0 denoise, 1 noise); `ranked` orders pieces by |effect - unpatched|. Defaults: target = the clean
 run's top-1 at P; alt = the corrupted run's top-1, or its second when it is the target. Refused
-when |diff_clean - diff_corrupt| < MIN_SPREAD max(1, |diff_clean|, |diff_corrupt|): a float32 diff
-is rounded by a few 1e-6 of its size, so a smaller spread would make the effects measure rounding.
+when |diff_clean - diff_corrupt| < MIN_SPREAD |w_U[target] - w_U[alt]| |normed x| (the larger of
+the two runs' final streams): float32 moves a diff by about 4e-8 of that product whatever the
+diff's own size, so a smaller spread would make the effects measure rounding (diff_size).
 
 What can be patched (`what`, the effect's shape), each from the other run's trace:
     resid            [n_layer, T]          the residual entering block l (before its norm), position t
@@ -49,7 +50,7 @@ from attnviz.engine.reading.token_text import quoted
 
 WHATS = ("resid", "head_out", "head_out_by_pos", "head_pattern", "mlp_out")
 DIRECTIONS = ("denoise", "noise")
-MIN_SPREAD = 1e-3  # |diff_clean - diff_corrupt| under this share of the diffs' size: refused
+MIN_SPREAD = 5e-5  # |diff_clean - diff_corrupt| under this share of diff_size: refused
 BATCH_ROWS = 1024  # rows of one batched forward (all its copies' positions together)
 
 
@@ -134,21 +135,29 @@ def metric_of(model, head, pair: Pair, position: int | None = None, target: int 
     # the same arithmetic as a patched run's diff: a full patch gives diff_clean to the last bit
     finals = np.stack([pair.a.trace.resid[-1][q], pair.b.trace.resid[-1][q]])  # [2, d_model]
     dc, dd = (float(d) for d in logit_diff(head, finals, target, alt))
-    check_spread(dc, dd)
+    check_spread(dc, dd, diff_size(head, finals, target, alt))
     return Metric(q, target, alt, dc, dd)
 
 
-def check_spread(dc: float, dd: float) -> None:
+def diff_size(head, x, target: int, alt: int) -> float:
+    """|w_U[target] - w_U[alt]| times the largest |normed x| of final-norm inputs x [n, d_model]:
+    what bounds logit(target) - logit(alt), and what its float32 rounding scales with."""
+    u = np.asarray(head.w_u[target], np.float64) - np.asarray(head.w_u[alt], np.float64)  # [d_model]
+    normed = head.normed(np.asarray(x, np.float32)).astype(np.float64)  # [n, d_model]
+    return float(np.linalg.norm(u) * np.linalg.norm(normed, axis=-1).max())
+
+
+def check_spread(dc: float, dd: float, size: float) -> None:
     """InputError where diff_clean and diff_corrupt are too close for an effect to mean anything:
-    apart by less than MIN_SPREAD of the larger (at least 1), an effect's float32 rounding (a few
-    1e-6 of the diffs' size over their spread) reaches its third decimal and beyond."""
-    size = max(1.0, abs(dc), abs(dd))
-    if abs(dc - dd) < MIN_SPREAD * size:
+    apart by less than MIN_SPREAD of diff_size `size`, an effect's float32 rounding (about 4e-8
+    of the size over the spread) would reach 1e-3."""
+    floor = MIN_SPREAD * size
+    if not abs(dc - dd) >= floor:
         raise InputError(f"diff_clean {dc:.6g} and diff_corrupt {dd:.6g} differ by {abs(dc - dd):.2g}, "
-                         f"less than {MIN_SPREAD:g} of {size:.6g}: the two texts give nearly the "
-                         "same logit(target) - logit(alt) at this position, so an effect would "
-                         "measure rounding, not what a patch restores; pick another position, "
-                         "target or alt")
+                         f"under {floor:.2g} ({MIN_SPREAD:g} x {size:.3g}, the size of "
+                         "logit(target) - logit(alt) here): the two texts give nearly the same "
+                         "difference at this position, so an effect would measure float32 "
+                         "rounding, not what a patch restores; pick another position, target or alt")
 
 
 def effect_shape(what: str, n_layer: int, n_head: int, T: int) -> tuple[int, ...]:
