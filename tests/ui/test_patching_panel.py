@@ -176,7 +176,26 @@ def test_the_newest_run_wins_and_cancel_stops_a_run(qtbot, win):
     qtbot.waitUntil(lambda: not any(t.name.startswith(f"attnviz-{PATCH_KIND}-")
                                     for t in threading.enumerate()), timeout=WAIT)
     drain_events()
-    assert win.patch_jobs.result is None
+    # the map shown before the cancelled run is back, with its own texts' sides
+    assert win.patch_jobs.result.what == "mlp_out" and p.map.view.what == "mlp_out"
+    assert p.note.text() == "Cancelled"
+
+
+def test_a_run_refused_on_its_thread_keeps_the_last_good_map(qtbot, win):
+    qtbot.mouseClick(win.patching_panel.corrupt_button, Qt.MouseButton.LeftButton)
+    p = _run(qtbot, win, "head_out")
+    before = p.map.grab().toImage()
+    effect = p.map.view.effect.copy()
+    sides = p.sides_label.text()
+    p.corrupt_box.setText(TEXT)  # (the clean text again: one length, no difference to restore)
+    assert p.run()
+    qtbot.waitUntil(lambda: not win.patch_jobs.running and "nearly the same" in p.note.text(), timeout=WAIT)
+    assert not p.note.text().startswith("Patching failed"), p.note.text()
+    np.testing.assert_array_equal(p.map.view.effect, effect)
+    assert p.sides_label.text() == sides
+    # shown dimmed under a line naming the texts it was computed for
+    assert "The corrupted text has changed since" in p.stale.text()
+    assert p.map.grab().toImage() != before
 
 
 def test_export_writes_the_picture_its_sidecar_and_the_numbers(qtbot, win, tmp_path):

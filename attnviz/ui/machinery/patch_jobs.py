@@ -167,6 +167,7 @@ class PatchJobs(QObject):
         self.running = False
         self.progress = (0, 0)
         self._job_id = None
+        self._kept = None  # (ask, sides, result) shown before the run under way
         self._sigProgress.connect(self._on_progress)
         self._sigSides.connect(self._on_sides)
         state.sigModelChanged.connect(lambda _m: self.cancel(clear=True))
@@ -192,6 +193,8 @@ class PatchJobs(QObject):
             self.aligned = getattr(exc, "aligned", "")
             self.sigChanged.emit()
             return False
+        if self.result is not None:  # (the last good map, back if this run fails or stops)
+            self._kept = (self.ask, self.sides, self.result)
         self.ask, self.sides, self.result, self.note = ask, None, None, ""
         job_id = self._job_id = self.worker.claim(PATCH_KIND)
 
@@ -233,8 +236,10 @@ class PatchJobs(QObject):
             self.worker.cancel(PATCH_KIND)
         self.running = False
         if clear:
-            self.ask = self.sides = self.result = None
+            self.ask = self.sides = self.result = self._kept = None
             self.note = self.aligned = ""
+        elif was:
+            self._restore()
         if was:
             self.note = self.note or "Cancelled"
         if was or clear:
@@ -256,9 +261,20 @@ class PatchJobs(QObject):
             return
         self.running, self._job_id = False, None
         if error is not None:
-            self.note = f"Patching failed: {describe_error(error)}"
+            # (a refusal reads as the checks before the run do; the last good map stays)
+            self.note = str(error) if isinstance(error, InputError) else f"Patching failed: {describe_error(error)}"
             if not isinstance(error, InputError):
                 log.warning("patching failed: %s", self.note)
+            self._restore()
         elif value is not None:
-            self.result = value
+            self.result, self._kept = value, None
+        else:
+            self._restore()
         self.sigChanged.emit()
+
+    def _restore(self) -> None:
+        """The map shown before a run that gave none (refused, failed or stopped) back, with its
+        own texts and sides (the panel dims it where the boxes have changed since)."""
+        if self._kept is not None and self.result is None:
+            self.ask, self.sides, self.result = self._kept
+        self._kept = None
