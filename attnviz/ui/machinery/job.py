@@ -7,16 +7,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import shiboken6
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.errors import AttnvizError
 from attnviz.ui.machinery.tuning import without_frames
-
-if TYPE_CHECKING:
-    from attnviz.ui.machinery.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +27,7 @@ class Job:
 
     def __init__(self, id: int, kind: str, request: Any, fn: Callable[[], Any],
                  on_done: Callable[[Any, Any, BaseException | None], None], lane: str,
-                 owner: "Runner"):
+                 owner: QObject):  # (the Runner that made it: runner.py imports this module)
         self.id, self.kind, self.request, self.fn, self.on_done, self.lane = (
             id, kind, request, fn, on_done, lane)
         self.t_start = time.monotonic()
