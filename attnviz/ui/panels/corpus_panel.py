@@ -102,7 +102,7 @@ class CorpusPanel(QWidget):
         bl.addWidget(self.examples)
         box.setMinimumHeight(90)
         split.addWidget(box)
-        for i, stretch in enumerate((5, 3, 2)):
+        for i, stretch in enumerate((4, 2, 4)):  # (the examples list shows two or three at 860 px high)
             split.setStretchFactor(i, stretch)
         self.heat_note = _note_label()  # what has no value (in the title it widened the plot past the dock)
         lay.addWidget(self.heat_note)
