@@ -99,3 +99,48 @@ def test_the_noising_maps_bar_is_written_as_every_other_bar(qapp, effects, want)
     ends = dict(bar_ticks(1 - lim, 1 + lim)[0])
     assert (top, bottom) == (ends[1 + lim], ends[1 - lim])
     assert float(middle.replace("\u2212", "-")) == 1.0
+
+
+def _ink_columns(image: QImage, x0: int, y0: int, y1: int) -> list[int]:
+    """The columns from x0 rightwards with a dark pixel (text) between rows y0 and y1."""
+    return [x for x in range(x0, image.width())
+            if any(image.pixelColor(x, y).lightness() < 140 for y in range(max(0, y0), min(image.height(), y1)))]
+
+
+def _text_ink_width(text: str) -> int:
+    """How many columns `text` takes painted alone, unclipped, in the bar's font."""
+    from attnviz.figures.render import figure_font
+
+    image = QImage(400, 30, QImage.Format.Format_RGB32)
+    image.fill(QColor("white"))
+    p = QPainter(image)
+    try:
+        p.setPen(QColor("black"))
+        p.setFont(figure_font(9))
+        p.drawText(10, 20, text)
+    finally:
+        p.end()
+    ink = _ink_columns(image, 0, 0, 30)
+    return ink[-1] - ink[0] + 1
+
+
+@pytest.mark.parametrize("effects", [(1 + 1e-12, 1 - 0.5e-12), (1 + 2e-4, 1 - 1e-4), (1.3, -1e-9)])
+def test_an_exported_maps_bar_labels_are_painted_whole(qapp, effects):
+    """An exported noising Patching map's colour-bar labels (1.000000000001 / 1.000000000000 /
+    0.999999999999 for a limit of 1e-12) are painted whole inside the picture: each label's ink
+    as wide as the label painted alone, never cut at a fixed box or at the picture's edge."""
+    from attnviz.figures import patching
+    from attnviz.figures.compare import bar_labels
+
+    effect = np.ones((2, 3))
+    effect[0, 1], effect[1, 2] = effects
+    view = patching.PatchView("m", "head_out", "noise", effect, ("a", "b", "c"), ("a", "d", "c"), 2, 5, 6,
+                              "x", "y", 1.5, -0.5)
+    data, lay = patching.png_bytes(view, 700)
+    image = QImage.fromData(data)
+    bar = lay.bar
+    for frac, label in zip((0.0, 0.5, 1.0), bar_labels(view.limit, view.unchanged)):
+        y = round(bar.top() + frac * bar.height())
+        ink = _ink_columns(image, int(bar.right()) + 2, y - 6, y + 7)
+        assert ink and ink[-1] < image.width() - 1, (label, ink[-1:], image.width())
+        assert abs((ink[-1] - ink[0] + 1) - _text_ink_width(label)) <= 1, label
