@@ -5,6 +5,7 @@ line writes it offscreen, the window's Compare panel paints the same map."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
@@ -141,24 +142,46 @@ def bar_image() -> QImage:
     return figure_image(rgb[:, None, :])
 
 
+LABEL_GAP = 3.0  # between the colour bar and its labels
+
+
+def bar_labels(lim: float, middle: float = 0.0) -> tuple[str, str, str]:
+    """The colour bar's (top, middle, bottom) labels, written as every colour bar writes them
+    (numbers.bar_ticks: about 0 `+0.447 0 −0.447`, about a noise run's 1 `1.0002 1.0000 0.9998`);
+    a limit of 0 (A = B): the middle only, the ends empty."""
+    lo, hi = middle - lim, middle + lim
+    ends = dict(bar_ticks(lo, hi)[0])
+    text = bar_text(lo, hi, middle)
+    return ("", text, "") if lim == 0 else (ends.get(hi, ""), text, ends.get(lo, ""))
+
+
+def bar_label_width(lim: float, middle: float = 0.0) -> float:
+    """The width paint_colour_bar's labels take right of the bar, the gap to it included: the room
+    a layout leaves them."""
+    fm = QFontMetricsF(figure_font(9))
+    return LABEL_GAP + max(_label_w(fm, t) for t in bar_labels(lim, middle))
+
+
+def _label_w(fm: QFontMetricsF, text: str) -> float:  # a label's box, its text whole
+    return math.ceil(fm.horizontalAdvance(text)) + 2
+
+
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor,
                      middle: float = 0.0) -> None:
     """A vertical diverging bar, middle + lim at the top, `middle` (white) half-way, middle - lim at
-    the bottom (its bands one image, scaled to `rect`), its three labels written as every colour
-    bar writes them (numbers.bar_ticks: about 0 `+0.447 0 −0.447`, about a noise run's 1
-    `1.0002 1.0000 0.9998`); a limit of 0 (A = B) writes only the middle."""
+    the bottom (its bands one image, scaled to `rect`), its three labels (bar_labels) whole right of
+    it, in the bar_label_width a layout leaves them; a limit of 0 (A = B) writes only the middle."""
     p.drawImage(rect, bar_image())
     p.setPen(text)
-    p.setFont(figure_font(9))
-    lo, hi = middle - lim, middle + lim
-    ends = dict(bar_ticks(lo, hi)[0])
-    labels = (ends.get(hi, ""), bar_text(lo, hi, middle), ends.get(lo, ""))
-    for frac, label in zip((0.0, 0.5, 1.0), labels):
-        if lim == 0 and frac != 0.5:
-            continue
-        y = rect.top() + frac * rect.height()
-        p.drawText(QRectF(rect.right() + 3, y - 7, 60, 14), Qt.AlignmentFlag.AlignVCenter, label)
-    p.drawText(QRectF(rect.right() + 3, rect.bottom() + 4, 80, 14), Qt.AlignmentFlag.AlignLeft, unit)
+    font = figure_font(9)
+    p.setFont(font)
+    fm = QFontMetricsF(font)
+    for frac, label in zip((0.0, 0.5, 1.0), bar_labels(lim, middle)):
+        if label:
+            y = rect.top() + frac * rect.height()
+            p.drawText(QRectF(rect.right() + LABEL_GAP, y - 7, _label_w(fm, label), 14),
+                       Qt.AlignmentFlag.AlignVCenter, label)
+    p.drawText(QRectF(rect.right() + LABEL_GAP, rect.bottom() + 4, 80, 14), Qt.AlignmentFlag.AlignLeft, unit)
 
 
 def strip_rects(labels, rect: QRectF, min_w: float = 18.0) -> list[QRectF]:

@@ -68,6 +68,12 @@ def _long(texts) -> int:
     return max((len(t.lstrip("+\u2212")) for t in texts), default=0)
 
 
+def _shorter(fixed: str, exponent: str) -> str:
+    """A value's fixed-point text, or its exponent form where fixed point takes over FIXED_MAX
+    characters and the exponent fewer."""
+    return exponent if _long([fixed]) > FIXED_MAX and _long([exponent]) < _long([fixed]) else fixed
+
+
 def _significant(v: float, digits: int) -> str:
     """`v` to `digits` significant digits, trailing zeros dropped (a digit rounded up, 0.9996 ->
     1.000, reads 1), the minus as "−": in fixed point, or with an exponent where fixed point takes
@@ -78,9 +84,7 @@ def _significant(v: float, digits: int) -> str:
     text = f"{abs(v):.{max(0, decimals)}f}"
     if "." in text:
         text = text.rstrip("0").rstrip(".")
-    text = ("\u2212" if v < 0 else "") + text
-    short = _exponent(v, decimals)
-    return short if _long([text]) > FIXED_MAX and _long([short]) < _long([text]) else text
+    return _shorter(("\u2212" if v < 0 else "") + text, _exponent(v, decimals))
 
 
 def _value(text: str) -> float:
@@ -127,9 +131,12 @@ def _weights_writer(lo: float, hi: float, steps: list[float], decimals: int) -> 
     return min(found, key=lambda f: f[0])[1]
 
 
-def _bar_format(lo: float, hi: float, n: int) -> tuple[list[tuple[float, str]], list[float], Write]:
-    """bar_ticks' (the two ends, the values of the round steps between, how the bar writes a value),
-    for a finite bar."""
+Labels = list[tuple[float, str]]  # (value, text) each
+
+
+def _bar_format(lo: float, hi: float, n: int) -> tuple[Labels, Labels, Write]:
+    """bar_ticks' (the two ends, the round steps between), and how the bar writes any other value
+    (bar_text), for a finite bar."""
     span = hi - lo
     if not span > 0:
         return [(lo, _significant(lo, 3))], [], functools.partial(_significant, digits=3)
@@ -146,16 +153,18 @@ def _bar_format(lo: float, hi: float, n: int) -> tuple[list[tuple[float, str]], 
     steps = [v for v in values if min(v - lo, hi - v) >= CROWD * span]
     if about_zero:
         ends = [(lo, bar_end(lo)), (hi, bar_end(hi))]
-        form = _exponent if any("e" in t for _, t in ends) else _fixed
+        exponent_side = {v > 0: "e" in t for v, t in ends}  # (the sides, each with its end's form)
 
-        def signed_step(v: float) -> str:
-            return "0" if abs(v) < step / 2 else ("+" if v > 0 else "\u2212") + form(abs(v), decimals)
-        return ends, steps, signed_step
+        def signed_step(v: float) -> str:  # (k * step: k = 0 gives exactly 0.0)
+            fixed, exponent = _fixed(abs(v), decimals), _exponent(abs(v), decimals)
+            text = exponent if exponent_side[v > 0] else _shorter(fixed, exponent)
+            return "0" if v == 0 else ("+" if v > 0 else "\u2212") + text
+        return ends, [(v, signed_step(v)) for v in steps], bar_end
     write = _weights_writer(lo, hi, steps, decimals)
     if write is None:
         ends, write = _ends_only(lo, hi)
         return ends, [], write
-    return [(lo, write(lo)), (hi, write(hi))], steps, write
+    return [(lo, write(lo)), (hi, write(hi))], [(v, write(v)) for v in steps], write
 
 
 def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
@@ -165,7 +174,9 @@ def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]]
 
     The steps are multiples of 1, 2, 2.5 or 5 x 10^k, about n of them; one nearer an end than
     CROWD of the span is left out, the end is written instead. A bar about 0 (A − B: lo < 0 < hi)
-    writes its ends as bar_end does (`+0.447`, `−0.447`) and its steps with their sign. Any other
+    writes its ends as bar_end does (`+0.447`, `−0.447`) and its steps with their sign to the
+    step's decimals, each step with an exponent where the end on its side has one (or fixed point
+    would take over FIXED_MAX characters), else in fixed point: `+2 +1.5 +1.0 +0.5 −1e−09`. Any other
     bar (weights: 0 to the largest) writes every label in one format, as many decimals as the
     step needs, or more where an end would read over NEAR of the span off its value (0.37, not
     0.4) or as the step below it (0.35 over 0.30): `0.00 0.25 0.50 0.75 1.00` for 0 to 0.9996.
@@ -176,13 +187,14 @@ def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]]
     lo, hi = float(lo), float(hi)
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
         return [], []
-    ends, steps, write = _bar_format(lo, hi, n)
-    return ends, [(v, write(v)) for v in steps]
+    return _bar_format(lo, hi, n)[:2]
 
 
 def bar_text(lo: float, hi: float, value: float, n: int = 4) -> str:
-    """`value` written as bar_ticks writes the labels of a bar from lo to hi (the same format and
-    digits as its round steps): a bar's middle, say, where it is not one of its steps."""
+    """`value` written as bar_ticks writes the labels of a bar from lo to hi: a bar's middle, say,
+    where it is not one of its steps. On a bar about 0 as its ends (bar_end: `+1` in the middle of
+    −4 to +6, `0` for 0), on any other in the format and digits of its round steps (`1.0000`
+    between `1.0002` and `0.9998`)."""
     lo, hi = float(lo), float(hi)
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
         return _significant(float(value), 3)

@@ -31,7 +31,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from attnviz.engine.analysing.patching import unpatched
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
-from attnviz.figures.compare import paint_colour_bar
+from attnviz.figures.compare import bar_label_width, paint_colour_bar
 from attnviz.figures.data import ExportError
 from attnviz.figures.headmap import colour
 from attnviz.figures.render import TEXT, figure_exports, figure_font
@@ -40,7 +40,8 @@ from attnviz.figures.numbers import signed
 
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
-BAR_W = 80.0  # the colour bar and its labels
+BAR_GAP, BAR_W = 12.0, 14.0  # the colour bar's gap to the cells, its width
+BAR_ROOM = 90.0  # the colour bar and its labels at the least (its labels' room: bar_label_width)
 EFFECT_READS = {"denoise": "effect 1 = clean answer back, 0 = unchanged",  # by direction
                 "noise": "effect 1 = unchanged, 0 = corrupted answer in"}
 WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the title and metric lines
@@ -175,7 +176,8 @@ def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayou
     groups = (np.asarray(view.kv_group) if heads and view.kv_group is not None and len(view.kv_group) == cols
               else np.zeros(cols, np.int64))
     n_gaps = int(np.count_nonzero(groups[1:] != groups[:-1])) if cols > 1 else 0
-    cell_w = max(3.0, (width - left - BAR_W - 10) / max(cols + 0.4 * n_gaps, 1))
+    bar_room = max(BAR_ROOM, BAR_GAP + BAR_W + bar_label_width(view.limit, view.unchanged) + 1)
+    cell_w = max(3.0, (width - left - bar_room) / max(cols + 0.4 * n_gaps, 1))
     if height is None:
         cell_h = min(max(cell_w, 10.0), 28.0)
         height = int(top + rows * cell_h + 30)
@@ -190,7 +192,7 @@ def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayou
         xs.append(x)
         x += cell_w
     ys = top + np.arange(rows) * cell_h
-    bar = QRectF(x + 12, top, 14, max(40.0, min(rows * cell_h, height - top - 30)))
+    bar = QRectF(x + BAR_GAP, top, BAR_W, max(40.0, min(rows * cell_h, height - top - 30)))
     return PatchLayout(int(width), int(height), cell_w, cell_h, np.asarray(xs), ys, top, left, bar)
 
 

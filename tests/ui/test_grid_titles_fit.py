@@ -43,3 +43,52 @@ def test_titles_too_wide_for_their_tiles_drop_the_layer_not_their_end(qtbot, wid
     assert not any("\u2026" in text for text, _ in shown), shown
     assert sorted(tip for _, tip in shown) == (sorted(full) if short else [""] * N_HEAD)
     assert g.titles() == full  # (what the titles say, whatever their room)
+
+
+def test_a_shortened_titles_whole_text_shows_where_it_is_hovered(qtbot):
+    """A narrow grid (12 heads, four switched off: 'L7 H2  · off' reads 'H2  · off' or less): hovering
+    a title shortened or cut shows its whole text as the tooltip the user sees, not the grid's
+    "Hover a cell…" help; every title is painted inside the view (the right-most one cut with "…"
+    at its edge, not clipped mid-letter)."""
+    from PySide6.QtCore import QEvent, QPointF
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QToolTip
+
+    from attnviz.engine.analysing.effects import Ablation
+
+    n_head = 12
+    att = np.full((8, n_head, T, T), 1 / T, dtype=np.float32)
+    labels = [f"t{i}" for i in range(T)]
+    st = AppState()
+    g = HeatmapGrid(st)
+    qtbot.addWidget(g)
+    g.resize(260, 400)
+    g.show()
+    qtbot.waitExposed(g)
+    st.set_layer(7)
+    with qtbot.waitSignal(st.sigResultChanged):
+        st.set_result(SimpleNamespace(attentions=att, labels=labels, tokens=labels, text="x",
+                                      offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(n_head)))
+    st.effects.set_ablation(Ablation(heads=tuple((7, h) for h in range(4))))
+    qtbot.waitUntil(lambda: any(t.toolTip().endswith("off") for t in g.gw.scene().items()
+                                if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible()), timeout=5000)
+    vp, view = g.gw.viewport(), g.gw.viewportTransform()
+    titles = [t for t in g.gw.scene().items() if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible()
+              and t.text().startswith(("L7", "H"))]
+    box = g.vb.deviceTransform(view).mapRect(g.vb.boundingRect())
+    for t in titles:  # painted inside the view box, where it is not clipped
+        r = t.deviceTransform(view).mapRect(t.boundingRect())
+        assert r.right() <= box.right() + 0.5, (t.text(), r.right(), box.right())
+    shortened = [t for t in titles if t.toolTip()]
+    assert shortened
+    for t in shortened:
+        at = t.deviceTransform(view).mapRect(t.boundingRect()).center().toPoint()
+        qtbot.mouseMove(vp, at)
+        qtbot.wait(20)
+        QApplication.sendEvent(vp, QHelpEvent(QEvent.Type.ToolTip, at, vp.mapToGlobal(at)))
+        assert QToolTip.text() == t.toolTip(), (t.text(), QToolTip.text())
+    at = g.gw.mapFromScene(g.vb.mapViewToScene(QPointF(*g.cell_center(7, 5, 2, 2))))
+    qtbot.mouseMove(vp, at)  # a cell: its read-out, as before
+    qtbot.wait(20)
+    QApplication.sendEvent(vp, QHelpEvent(QEvent.Type.ToolTip, at, vp.mapToGlobal(at)))
+    assert QToolTip.text().startswith("L7 H5"), (QToolTip.text(), g.hover_text, g.gw.toolTip(), at)

@@ -236,5 +236,10 @@ def test_custom_numbers_not_shown_on_another_model_are_named_once(qtbot, tmp_pat
     assert other.preset_combo.currentText() == "Loaded model: llama_gqa"
     other.spins["batch"].setValue(3)  # the user changes a field: the note has been read
     assert note(other) == ""
+    again = calc_restarted(qtbot, tmp_path, saved, "llama_gqa")
+    assert note(again).startswith("The Custom figures you left were for gemma3")
+    again.set_model_config({"model_type": "gpt2"}, "broken")  # a model the calculator cannot read
+    assert note(again) == "", "the note still names llama_gqa beside the next model's error"
+    assert again.general_error.isVisible() and again.general_error.text().startswith("broken: ")
     gone = calc_restarted(qtbot, tmp_path, {**saved, "base": "a-model-since-removed"}, "llama_gqa")
     assert note(gone).startswith("The Custom figures you left were for a-model-since-removed; showing llama_gqa")

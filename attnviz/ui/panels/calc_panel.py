@@ -135,6 +135,7 @@ class CalcPanel(QWidget):
 
     def set_model_config(self, raw_config: dict, name: str) -> None:
         """Fill the calculator from a loaded model's config.json and select it."""
+        self.dropped_note.hide()  # (it named the model shown before)
         try:
             self._loaded = calc_inputs_from_config(raw_config)
         except CalcError as exc:
@@ -143,7 +144,6 @@ class CalcPanel(QWidget):
             self.general_error.show()
             return
         self._loaded_name = name
-        self.dropped_note.hide()  # (it named the model shown before)
         self.preset_combo.setItemText(0, f"Loaded model: {name}")
         self._set_item_enabled(0, True)
         self._select(LOADED)

@@ -43,7 +43,13 @@ from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
-BAR_W, FOCUS_BAR_W = 70, 70  # px right of the tiles for the colour bar and its labels
+BAR_W, FOCUS_BAR_W = 70, 70  # px right of the tiles for the colour bar and its labels, at the least
+
+
+def bar_room(least: float, lim: float, inset: float) -> float:
+    """The pixels right of the tiles for a colour bar `inset` from their left edge and its labels
+    whole (F.bar_label_width), `least` or more."""
+    return max(least, inset + 14 + F.bar_label_width(lim) + 2)
 
 
 def _dead():
@@ -286,7 +292,7 @@ class ComparePanel(QWidget):
             return
         layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
         rgbs, lim = self.layer_pictures(layer)
-        bar_w = BAR_W if lim is not None else 0
+        bar_w = 0 if lim is None else bar_room(BAR_W, lim, 4)
         rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), len(rgbs),
                              min_side=self._title_side(c))
         focus = self.state.focus
@@ -391,10 +397,11 @@ class ComparePanel(QWidget):
         lim = F.signed_limit(a - b)
         rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
                 F.signed_rgb(a - b, lim)]
-        rects = F.tile_rects(QRectF(6, 6, w - 12 - FOCUS_BAR_W, h - 12), 3, min_side=self._title_side(c))
+        bar_w = bar_room(FOCUS_BAR_W, lim, 0)
+        rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), 3, min_side=self._title_side(c))
         titles = [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}", f"A \u2212 B {head_title(l, hd)}"]
         self.focus_titles, self.focus_rects = F.paint_tiles(p, rgbs, rects, titles, INK), rects
-        F.paint_colour_bar(p, QRectF(w - FOCUS_BAR_W, 24, 14, h - 60), lim, "A \u2212 B", INK)
+        F.paint_colour_bar(p, QRectF(w - bar_w, 24, 14, h - 60), lim, "A \u2212 B", INK)
 
     def _paint_strip(self, p: QPainter, w: int, h: int) -> None:
         c = self.jobs.comparison

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
@@ -311,8 +311,9 @@ class HeatmapGrid(QWidget):
         self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.005)
         self.plot.scene().prepareForPaint()
         room = title_room(lo)  # (a layer view's title cut short of the next tile's: a long badge)
-        for t in self._titles:
-            t.fit_width(None if room is None else room / max(self.vb.viewPixelSize()[0], 1e-9) - 3 * Label.PAD)
+        right, px = self.vb.viewRect().right(), max(self.vb.viewPixelSize()[0], 1e-9)
+        for t in self._titles:  # (the right-most column's: short of the view's edge too)
+            t.fit_width(None if room is None else min(room, right - t.pos().x()) / px - 3 * Label.PAD)
         self._title_form()
 
     def _tile_index(self, layer: int, head: int) -> int | None:
@@ -428,11 +429,25 @@ class HeatmapGrid(QWidget):
         # no read-out over a preview (the read-outs read the state's result, another text's): a
         # few ms later the result is in and the read-out with it
         text = self.readout_at(*cell) if cell and self.drawn is self.state.result else ""
+        tip = text or ("" if cell else self._title_tip_at(scene_pos))
+        if tip != self.gw.toolTip():
+            self.gw.setToolTip(tip)
         if text != self.hover_text:
             self.hover_text = text
-            self.gw.setToolTip(text)
             if text:
                 self.state.show_status(text)
+
+    def _title_tip_at(self, scene_pos) -> str:
+        """The whole text of the head title under `scene_pos` where it is shown shortened or cut
+        (its tooltip), else "". Its own tooltip never shows: the scene finds no item at a pixel
+        of a title drawn unscaled (ItemIgnoresTransformations) inside the view box, so each
+        title's rect on the screen is hit here."""
+        at = QPointF(self.gw.mapFromScene(scene_pos))
+        for t in self._titles:
+            if t.isVisible() and t.toolTip() and \
+                    t.deviceTransform(self.gw.viewportTransform()).mapRect(t.boundingRect()).contains(at):
+                return t.toolTip()
+        return ""
 
     def _on_mouse_clicked(self, ev):
         if self.state.result is None:
