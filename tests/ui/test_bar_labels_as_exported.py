@@ -11,8 +11,8 @@ from export_files import bar_labels, label_value
 from windows import axis_labels
 
 
-@pytest.mark.parametrize("top", [0.9996, 0.87, 0.63, 0.37, 0.046, 1.37])
-def test_the_window_and_the_export_write_a_bars_labels_alike(qtbot, top):
+def window_bar_labels(qtbot, top: float) -> list[str]:
+    """The labels a window's bar of weights 0 to `top` (as float32) paints, smallest first."""
     widget = pg.GraphicsLayoutWidget()
     qtbot.addWidget(widget)
     widget.resize(200, 600)  # (tall: pyqtgraph leaves out no step)
@@ -21,7 +21,12 @@ def test_the_window_and_the_export_write_a_bars_labels_alike(qtbot, top):
     widget.show()
     update_bar(bar, None, (0.0, float(np.float32(top))), "attention weight")
     qtbot.wait(1)
-    shown = sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=label_value)
+    return sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=label_value)
+
+
+@pytest.mark.parametrize("top", [0.9996, 0.87, 0.63, 0.37, 0.046, 1.37])
+def test_the_window_and_the_export_write_a_bars_labels_alike(qtbot, top):
+    shown = window_bar_labels(qtbot, top)
     assert len(shown) >= 3 and shown == bar_labels(top)
 
 
@@ -32,15 +37,7 @@ def test_the_window_and_the_export_write_a_bars_labels_alike(qtbot, top):
 def test_a_huge_or_tiny_bar_is_written_with_exponents_in_the_window_and_the_export(qtbot, top, want):
     """Weights up to 1e30 (or 3e-9) read `5e+29`, `1e+30`, not 31 digits in fixed point (nor
     `0.000000003`), alike in the window's bar and an exported figure's."""
-    widget = pg.GraphicsLayoutWidget()
-    qtbot.addWidget(widget)
-    widget.resize(200, 600)
-    bar = colour_bar("viridis", widget.font())
-    widget.addItem(bar)
-    widget.show()
-    update_bar(bar, None, (0.0, float(np.float32(top))), "attention weight")
-    qtbot.wait(1)
-    shown = sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=label_value)
+    shown = window_bar_labels(qtbot, top)
     assert shown == want and bar_labels(float(np.float32(top))) == want
 
 

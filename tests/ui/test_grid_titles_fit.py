@@ -22,9 +22,9 @@ def painted_titles(g) -> list[tuple[str, str]]:
     return [(t.text(), t.toolTip()) for t in sorted(items, key=lambda t: (round(t.scenePos().y()), t.scenePos().x()))]
 
 
-@pytest.mark.parametrize("width, height, short", [(330, 110, True), (1400, 420, False)])
-def test_titles_too_wide_for_their_tiles_drop_the_layer_not_their_end(qtbot, width, height, short):
-    att = np.full((8, N_HEAD, T, T), 1 / T, dtype=np.float32)
+def layer_grid(qtbot, n_head: int, width: int, height: int):
+    """(state, grid) of a grid this size showing layer 7 of 8, n_head heads of uniform rows."""
+    att = np.full((8, n_head, T, T), 1 / T, dtype=np.float32)
     labels = [f"t{i}" for i in range(T)]
     st = AppState()
     g = HeatmapGrid(st)
@@ -35,7 +35,13 @@ def test_titles_too_wide_for_their_tiles_drop_the_layer_not_their_end(qtbot, wid
     st.set_layer(7)
     with qtbot.waitSignal(st.sigResultChanged):
         st.set_result(SimpleNamespace(attentions=att, labels=labels, tokens=labels, text="x",
-                                      offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(N_HEAD)))
+                                      offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(n_head)))
+    return st, g
+
+
+@pytest.mark.parametrize("width, height, short", [(330, 110, True), (1400, 420, False)])
+def test_titles_too_wide_for_their_tiles_drop_the_layer_not_their_end(qtbot, width, height, short):
+    st, g = layer_grid(qtbot, N_HEAD, width, height)
     full = [f"L7 H{h}" for h in range(N_HEAD)]
     qtbot.waitUntil(lambda: sorted(t for t, _ in painted_titles(g)) ==
                     sorted(f"H{h}" if short else f"L7 H{h}" for h in range(N_HEAD)), timeout=5000)
@@ -56,19 +62,7 @@ def test_a_shortened_titles_whole_text_shows_where_it_is_hovered(qtbot):
 
     from attnviz.engine.analysing.effects import Ablation
 
-    n_head = 12
-    att = np.full((8, n_head, T, T), 1 / T, dtype=np.float32)
-    labels = [f"t{i}" for i in range(T)]
-    st = AppState()
-    g = HeatmapGrid(st)
-    qtbot.addWidget(g)
-    g.resize(260, 400)
-    g.show()
-    qtbot.waitExposed(g)
-    st.set_layer(7)
-    with qtbot.waitSignal(st.sigResultChanged):
-        st.set_result(SimpleNamespace(attentions=att, labels=labels, tokens=labels, text="x",
-                                      offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(n_head)))
+    st, g = layer_grid(qtbot, 12, 260, 400)
     st.effects.set_ablation(Ablation(heads=tuple((7, h) for h in range(4))))
     qtbot.waitUntil(lambda: any(t.toolTip().endswith("off") for t in g.gw.scene().items()
                                 if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible()), timeout=5000)
