@@ -20,8 +20,6 @@ from attnviz.ui.machinery.tuning import below_the_main_thread
 
 _POOL: QThreadPool | None = None
 
-POOL, THREAD = "pool", "thread"  # the two lanes (module docstring)
-
 
 def shared_pool() -> QThreadPool:
     """The app's background pool: one thread, and one more lent per job paused in give_way for the
