@@ -198,6 +198,29 @@ def test_a_run_refused_on_its_thread_keeps_the_last_good_map(qtbot, win):
     assert p.map.grab().toImage() != before
 
 
+def test_a_setting_unlike_the_maps_dims_it_and_says_which(qtbot, win):
+    """The map shown is of one what, direction, position, target and alt: a box changed since (say
+    a target typed, a run of it refused) dims it under a line naming what changed; set back, the
+    map reads as before."""
+    qtbot.mouseClick(win.patching_panel.corrupt_button, Qt.MouseButton.LeftButton)
+    p = _run(qtbot, win, "head_out")
+    assert p.stale.isHidden()
+    effect = p.map.view.effect
+    lim = float(np.abs(effect).max())
+    _assert_painted(p, effect, lim)
+    p.direction_box.setCurrentText("noise")
+    p.alt_edit.setText("7")
+    assert p.stale.text().startswith("Shown for head_out (denoise) at ")
+    assert "the direction and alt have changed since" in p.stale.text()
+    assert not p.sides_label.isEnabled()
+    with pytest.raises(AssertionError):  # (dimmed)
+        _assert_painted(p, effect, lim)
+    p.direction_box.setCurrentText("denoise")
+    p.alt_edit.setText("")
+    assert p.stale.isHidden() and p.sides_label.isEnabled()
+    _assert_painted(p, effect, lim)
+
+
 def test_export_writes_the_picture_its_sidecar_and_the_numbers(qtbot, win, tmp_path):
     p = win.patching_panel
     qtbot.mouseClick(p.corrupt_button, Qt.MouseButton.LeftButton)

@@ -13,8 +13,9 @@ brought the corrupted answer in whole. `unpatched` is the effect of a patch that
 (0 denoise, 1 noise); `ranked` orders pieces by |effect - unpatched|. Defaults: target = the clean
 run's top-1 at P; alt = the corrupted run's top-1, or its second when it is the target. Refused
 when |diff_clean - diff_corrupt| < MIN_SPREAD |w_U[target] - w_U[alt]| |normed x| (the larger of
-the two runs' final streams): float32 moves a diff by about 4e-8 of that product whatever the
-diff's own size, so a smaller spread would make the effects measure rounding (diff_size).
+the two runs' final streams; the most the diff can be, diff_size): on SmolLM2 float32 moves a diff
+by about 4e-8 of that bound whatever the diff itself, so a smaller spread would leave an effect
+off by more than about 1e-3 (1 + |effect|), measuring rounding.
 
 What can be patched (`what`, the effect's shape), each from the other run's trace:
     resid            [n_layer, T]          the residual entering block l (before its norm), position t
@@ -141,7 +142,8 @@ def metric_of(model, head, pair: Pair, position: int | None = None, target: int 
 
 def diff_size(head, x, target: int, alt: int) -> float:
     """|w_U[target] - w_U[alt]| times the largest |normed x| of final-norm inputs x [n, d_model]:
-    what bounds logit(target) - logit(alt), and what its float32 rounding scales with."""
+    the most logit(target) - logit(alt) can be (Cauchy-Schwarz), what its float32 rounding scales
+    with."""
     u = np.asarray(head.w_u[target], np.float64) - np.asarray(head.w_u[alt], np.float64)  # [d_model]
     normed = head.normed(np.asarray(x, np.float32)).astype(np.float64)  # [n, d_model]
     return float(np.linalg.norm(u) * np.linalg.norm(normed, axis=-1).max())
@@ -150,14 +152,15 @@ def diff_size(head, x, target: int, alt: int) -> float:
 def check_spread(dc: float, dd: float, size: float) -> None:
     """InputError where diff_clean and diff_corrupt are too close for an effect to mean anything:
     apart by less than MIN_SPREAD of diff_size `size`, an effect's float32 rounding (about 4e-8
-    of the size over the spread) would reach 1e-3."""
+    of the size over the spread, as measured on SmolLM2) would reach 1e-3 (1 + |effect|)."""
     floor = MIN_SPREAD * size
     if not abs(dc - dd) >= floor:
         raise InputError(f"diff_clean {dc:.6g} and diff_corrupt {dd:.6g} differ by {abs(dc - dd):.2g}, "
-                         f"under {floor:.2g} ({MIN_SPREAD:g} x {size:.3g}, the size of "
-                         "logit(target) - logit(alt) here): the two texts give nearly the same "
-                         "difference at this position, so an effect would measure float32 "
-                         "rounding, not what a patch restores; pick another position, target or alt")
+                         f"under {floor:.2g} ({MIN_SPREAD:g} x {size:.3g} = |w_U[target] - w_U[alt]| x |final "
+                         "normed stream|, the most the difference could be here): the two texts "
+                         "give nearly the same difference at this position, so an effect would "
+                         "measure float32 rounding, not what a patch restores; pick another "
+                         "position, target or alt")
 
 
 def effect_shape(what: str, n_layer: int, n_head: int, T: int) -> tuple[int, ...]:

@@ -45,6 +45,8 @@ class Ask:
     alt: int | None
     labels_clean: tuple  # the tokens' readable labels (the grid's)
     labels_corrupt: tuple
+    target_text: str = ""  # target and alt as typed ('' for the defaults)
+    alt_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,8 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
     alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
     if not 0 <= layer < model.config.n_layer:
         raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
-    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, P, position, target, alt, lc, ld)
+    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, P, position, target, alt, lc, ld,
+               target_text, alt_text)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,10 @@ class PatchingPanel(QWidget):
         state.sigFocusChanged.connect(self._on_focus)
         self.what_box.currentTextChanged.connect(lambda _t: self._sync_layer())
         self.position_box.valueChanged.connect(lambda _v: self._say_position())
+        for changed in (self.what_box.currentTextChanged, self.direction_box.currentTextChanged,
+                        self.layer_box.valueChanged, self.position_box.valueChanged,
+                        self.target_edit.textChanged, self.alt_edit.textChanged):
+            changed.connect(lambda *_: self._show_stale())  # (a setting unlike the map's dims it)
         jobs.sigChanged.connect(self.refresh)
         jobs.sigProgress.connect(self._on_progress)
         self._on_model()
@@ -294,21 +298,35 @@ class PatchingPanel(QWidget):
         self._show_stale()
 
     def stale_line(self) -> str:
-        """Which texts the map and predictions shown were computed for, when a box has changed since
-        ('' when they are the texts in the boxes, or nothing is shown)."""
+        """What the map and predictions shown were computed for, where a box has changed since
+        ('' when they are what the boxes ask, or nothing is shown): the texts, then the settings."""
         a = self.jobs.ask
         if a is None or (self.jobs.result is None and self.jobs.sides is None):
             return ""
         changed = [name for name, was, now in (("clean", a.clean, self.state.text),
                                                ("corrupted", a.corrupt, self.corrupt_box.text())) if was != now]
-        if not changed:
-            return ""
-        texts = "texts have" if len(changed) == 2 else "text has"
-        return (f"Shown for the clean text {_quote(a.clean)} and the corrupted text {_quote(a.corrupt)}. "
-                f"The {' and the '.join(changed)} {texts} changed since: Run computes it for the new ones.")
+        line = ""
+        if changed:
+            texts = "texts have" if len(changed) == 2 else "text has"
+            line = (f"Shown for the clean text {_quote(a.clean)} and the corrupted text {_quote(a.corrupt)}. "
+                    f"The {' and the '.join(changed)} {texts} changed since: Run computes it for the new ones.")
+        settings = [name for name, was, now in (
+            ("what to patch", a.what, self.what_box.currentText()),
+            ("layer", a.layer if a.what == "head_out_by_pos" else None,
+             self.layer_box.value() if self.what_box.currentText() == "head_out_by_pos" else None),
+            ("direction", a.direction, self.direction_box.currentText()),
+            ("position", a.position_asked, self.position()),
+            ("target", a.target_text.strip(), self.target_edit.text().strip()),
+            ("alt", a.alt_text.strip(), self.alt_edit.text().strip())) if was != now]
+        if settings:
+            names = ", ".join(settings[:-1]) + (" and " if len(settings) > 1 else "") + settings[-1]
+            line += (" " if line else "") + (
+                f"Shown for {a.what} ({a.direction}) at {a.position}: the {names} "
+                f"{'have' if len(settings) > 1 else 'has'} changed since: Run computes it for them.")
+        return line
 
     def _show_stale(self) -> None:
-        """Dims the map, the patterns and the predictions of texts no longer in the boxes."""
+        """Dims the map, the patterns and the predictions of texts or settings no longer in the boxes."""
         line = self.stale_line()
         _say(self.stale, line)
         self.sides_label.setEnabled(not line)
