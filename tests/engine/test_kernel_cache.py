@@ -15,7 +15,8 @@ PACKAGE = Path(kc.__file__).resolve().parents[2]
 ROOT = PACKAGE.parent
 # modules the kernel modules import from whose names are used by Python code only (never compiled in)
 PYTHON_SIDE = {"attnviz.engine.computing.trace", "attnviz.engine.parallel",
-               "attnviz.engine.computing.kernel_cache", "attnviz.engine.errors"}
+               "attnviz.engine.computing.kernel_cache", "attnviz.engine.errors",
+               "attnviz.engine.computing.pair_fallback"}  # (onerow_pair's one-or-two-threads choice)
 NUMBA_DECORATORS = {"njit", "jit", "intrinsic", "vectorize", "guvectorize", "overload", "cfunc"}
 
 
