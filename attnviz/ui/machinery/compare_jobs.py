@@ -29,7 +29,7 @@ compared once per B, on the probe ('compare-probe'), which does not depend on th
 keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
-model A, frees B and hands the memory it held back to the system (compare_b.release_after)."""
+model A, frees B."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
-from attnviz.ui.machinery.compare_b import load_b, release_after
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.errors import Cancelled
@@ -49,7 +48,6 @@ from attnviz.engine.errors import Cancelled
 log = logging.getLogger(__name__)
 
 COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
-FREE_KIND = "compare-free"  # B's freed pages handed back after Compare closes (compare_b.release_after)
 _FRAME = QEvent.Type(QEvent.registerEventType())  # posted behind a comparison's paints: CompareJobs._frame_painted
 MODES = ("A", "B", "A-B")
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
@@ -140,6 +138,67 @@ class Handoff:
         return result
 
 
+def load_b(a, source: BSource):
+    """(model B, its identity) beside A; InputError / ModelLoadError in one line."""
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing import compare as C
+    from attnviz.engine.analysing.pair import (
+        check_same_shape,
+        check_same_vocab,
+        load_second,
+    )
+    from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
+
+    what = source.describe(a.name)
+    if source.kind == "quantized":
+        def load(_budget):
+            from attnviz.engine.computing.quantized import quantized_model
+
+            return quantized_model(a, str(source.value))
+        b = load_second(load, a, what)
+        ident = C.identity(a, what, quantized=str(source.value), checkpoint=checkpoint_record(a))
+    else:
+        if source.kind == "checkpoint":
+            from attnviz.engine.computing.checkpoints import load_checkpoints
+
+            ckpts = load_checkpoints(a)
+            if ckpts is None:
+                from attnviz.engine.errors import InputError
+
+                raise InputError(f"{a.name} has no training checkpoints to compare with")
+            b = load_second(lambda _budget: ckpts.model(int(source.value)), a, what)
+        else:
+            b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
+                            a, "model B")
+        ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
+    check_same_shape(a, b)
+    check_same_vocab(a, b)
+    ready_heads(a, b)
+    from attnviz.ui.machinery.tuning import release_free_memory
+
+    release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
+    return b, ident
+
+
+def ready_heads(a, b) -> None:
+    """Build, as B opens, the unembeddings a keystroke's next-token numbers read: both sides'
+    tables (compare_tokens.pair_heads: each checked finite in one pass over it) and A's packed for the
+    kernels where B reads the same table (compare_tokens.kernel_logits). Built by the first keystroke's
+    job instead, they would hold the pool for a pass that no keystroke stops, and the next
+    keystrokes' runs behind it. Nothing for a model that predicts no next token."""
+    from attnviz.engine.analysing import compare_tokens as NT
+    from attnviz.engine.errors import NoPrediction
+
+    if not (NT.predicts(a) and NT.predicts(b)):
+        return
+    ha, hb = NT.pair_heads(a, b)
+    if a.weights.packed_types and hb.w_u is ha.w_u:
+        try:
+            _ = a.lm_head().packed  # (a head packs its table the first time this is asked)
+        except NoPrediction:  # (the next-token job says so in its own line)
+            pass
+
+
 class CompareJobs(QObject):
     """The Compare session: B, its identity, the newest comparison, the mode the panel shows."""
     sigChanged = Signal()  # B opened or closed, a new comparison, the mode, the induction, a note
@@ -226,13 +285,10 @@ class CompareJobs(QObject):
         return h if shown and h.run.result.text == st.text and self.worker.is_newest("compute", h.compute_id) else None
 
     def close(self) -> None:
-        """Leave Compare: B is freed (nothing holds it after this), its jobs dropped, and the pages
-        its arrays held handed back to the system once those jobs have ended (release_after)."""
-        kinds = (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND)
-        for kind in kinds:
+        """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
+        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
-        freed = self.b is not None or self.loading is not None
-        had = freed or self.note
+        had = self.b is not None or self.loading is not None or self.note
         if self.b is not None:  # (quick text scores waiting for a comparison's frame)
             self.worker.scores_after_frame()
         if self._handoff is not None and self._handoff.follower is not None:  # (it holds B)
@@ -242,8 +298,6 @@ class CompareJobs(QObject):
         self.note = ""
         if had:
             self.sigChanged.emit()
-        if freed:
-            release_after(self.worker, kinds, FREE_KIND)
 
     def set_mode(self, mode: str) -> None:
         if mode in MODES and mode != self.mode:
