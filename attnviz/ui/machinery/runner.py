@@ -108,8 +108,12 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:  # (waiting on the pool before it is running(): a job that gives way sees it so)
-            _pool.enqueue(self.pool, job, self._relay, is_stale)
-            self._live[job.id] = job  # (its outcome reaches _on_done later, on this thread)
+            self._live[job.id] = job  # (before it can start: its outcome may come before enqueue returns)
+            try:
+                _pool.enqueue(self.pool, job, self._relay, is_stale)
+            except BaseException:
+                self._live.pop(job.id, None)
+                raise
         self._update_busy()
         return job
 
