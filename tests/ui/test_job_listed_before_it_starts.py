@@ -1,10 +1,12 @@
 """A job on the pool is the one the window waits for (Runner.running) from its first step: the pool
 can start it before submit returns (Qt's start lets go of the GIL), and a job that asks from its
-own thread whether it is still waited for (a long run, at each layer) would otherwise be told it was
-replaced, and stop: its view never came."""
+own thread whether it is still waited for would otherwise be told it was replaced (a long run that
+asked so at each layer stopped at its first: its view never came). A long run asks whether its
+text is still the newest instead, which does not hang on when the runner lists its job."""
 
 import threading
 
+import pytest
 from PySide6.QtCore import QThreadPool
 
 from attnviz.ui.machinery.runner import Runner
@@ -38,11 +40,32 @@ def test_a_pool_job_that_asks_before_submit_returns_is_the_one_waited_for(qtbot)
         pool.stepped.set()
         return "done"
     try:
-        job = runner.submit("long", first_step, lambda _r, value, error: heard.append((value, error)))
+        job = runner.submit("long", first_step, lambda _r, value, err: heard.append((value, err)))
         assert seen == [job]  # (None: the job was told a newer one replaced it)
         qtbot.waitUntil(lambda: heard == [("done", None)], timeout=WAIT)
-        assert not runner.at_work("long") and runner.running("long") is None and busy == [True, False]
+        assert not runner.at_work("long") and runner.running("long") is None
+        assert busy == [True, False]
     finally:
         pool.stepped.set()
         pool.waitForDone(int(WAIT))
 
+
+def test_a_long_run_goes_on_while_its_text_is_the_newest_listed_by_the_runner_or_not(qtbot, minilm):
+    """A long run asks at each layer whether its text is still the newest asked for: the runner
+    not listing its job yet (run here before any submit) is no newer text; a claim is."""
+    from attnviz.engine.computing.longdoc import LongRun
+    from attnviz.engine.errors import Cancelled
+    from attnviz.ui.machinery.long_jobs import LongJobs
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.machinery.worker import ComputeRequest, Worker
+    from windows import PARAGRAPH
+
+    worker = Worker(AppState())
+    jobs = LongJobs(worker)
+    req = ComputeRequest(worker.claim("compute"), minilm, PARAGRAPH, 0.0)
+    assert worker.running("compute") is None
+    run = jobs.run_long(req)
+    assert isinstance(run, LongRun) and run.result.text == PARAGRAPH
+    worker.claim("compute")  # a newer text
+    with pytest.raises(Cancelled):
+        jobs.run_long(req)

@@ -108,7 +108,7 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:  # (waiting on the pool before it is running(): a job that gives way sees it so)
-            self._live[job.id] = job  # (before it can start: its outcome may come before enqueue returns)
+            self._live[job.id] = job  # (before it can start: its thread may ask running() at once)
             try:
                 _pool.enqueue(self.pool, job, self._relay, is_stale)
             except BaseException:
