@@ -69,3 +69,22 @@ def test_a_long_run_goes_on_while_its_text_is_the_newest_listed_by_the_runner_or
     worker.claim("compute")  # a newer text
     with pytest.raises(Cancelled):
         jobs.run_long(req)
+
+
+def test_a_job_whose_thread_cannot_start_is_not_waited_for(qtbot, monkeypatch):
+    """A THREAD job whose thread the system refuses: submit raises, as on a pool that cannot take
+    the job, and the runner does not count it at work (whoever waits for its kind to end would
+    wait for good)."""
+    from attnviz.ui.machinery.runner import THREAD
+
+    def refused(_thread):
+        raise RuntimeError("can't start new thread")
+    runner, busy, done = Runner(), [], []
+    runner.sigBusy.connect(busy.append)
+    with monkeypatch.context() as m:
+        m.setattr(threading.Thread, "start", refused)
+        with pytest.raises(RuntimeError):
+            runner.submit("load", lambda: "read", lambda *_: None, lane=THREAD)
+    assert not runner.at_work("load") and runner.running("load") is None
+    runner.when_none_running("load", lambda: done.append(1))
+    assert done == [1] and busy == []
