@@ -149,7 +149,8 @@ def _bar_format(lo: float, hi: float, n: int) -> tuple[Labels, Labels, Write]:
         return ends, [], write
     exp = math.floor(math.log10(step) + 1e-9)
     decimals = -exp + (1 if round(step / 10.0 ** exp, 6) == 2.5 else 0)  # 0.25 needs 2
-    values = [k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
+    # (a set: on a bar a few floats wide, k * step for several k rounds to one float)
+    values = sorted({k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)})
     steps = [v for v in values if min(v - lo, hi - v) >= CROWD * span]
     if about_zero:
         ends = [(lo, bar_end(lo)), (hi, bar_end(hi))]
@@ -159,12 +160,24 @@ def _bar_format(lo: float, hi: float, n: int) -> tuple[Labels, Labels, Write]:
             fixed, exponent = _fixed(abs(v), decimals), _exponent(abs(v), decimals)
             text = exponent if exponent_side[v > 0] else _shorter(fixed, exponent)
             return "0" if v == 0 else ("+" if v > 0 else "\u2212") + text
-        return ends, [(v, signed_step(v)) for v in steps], bar_end
+        return ends, _apart(ends, [(v, signed_step(v)) for v in steps]), bar_end
     write = _weights_writer(lo, hi, steps, decimals)
     if write is None:
         ends, write = _ends_only(lo, hi)
         return ends, [], write
-    return [(lo, write(lo)), (hi, write(hi))], [(v, write(v)) for v in steps], write
+    ends = [(lo, write(lo)), (hi, write(hi))]
+    return ends, _apart(ends, [(v, write(v)) for v in steps]), write
+
+
+def _apart(ends: Labels, steps: Labels) -> Labels:
+    """`steps` less each written as an end or as a step before it: on a bar a few floats wide two
+    floats can round to one text, and a label that cannot be told apart is left out."""
+    seen, kept = {t for _, t in ends}, []
+    for v, t in steps:
+        if t not in seen:
+            seen.add(t)
+            kept.append((v, t))
+    return kept
 
 
 def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
