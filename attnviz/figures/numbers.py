@@ -9,11 +9,18 @@ from collections.abc import Callable
 from decimal import Decimal
 
 
-def signed(value: float, decimals: int = 4) -> str:
-    """`+0.1234`, `-0.1234`: a value with its sign, and `+0.0000` for one that rounds to zero (a part
-    that is 0 up to float rounding, -2.7e-7, never reads `-0.0000`)."""
+def plain_signed(value: float, decimals: int = 4) -> str:
+    """`+0.1234`, `-0.1234`: a value with its sign as the command line and files write it (an ASCII
+    "-", which a program reads back), and `+0.0000` for one that rounds to zero (a part that is 0 up
+    to float rounding, -2.7e-7, never reads `-0.0000`)."""
     text = f"{float(value):+.{decimals}f}"
     return "+" + text[1:] if text[0] == "-" and float(text) == 0 else text
+
+
+def signed(value: float, decimals: int = 4) -> str:
+    """plain_signed as the window and its figures write it, the minus as "−" as every colour bar
+    writes it: `+0.1234`, `−0.1234`, `+0.0000`."""
+    return plain_signed(value, decimals).replace("-", "\u2212")
 
 
 def bar_end(value: float) -> str:
