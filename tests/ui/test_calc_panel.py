@@ -417,3 +417,14 @@ def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
     assert "keeps no KV cache" in text and f"{size:,} bytes" in text, text
     assert f"{T} tokens → " not in text and "of KV cache" not in text
     assert w.live_label.text().startswith("live KV cache: none")
+
+
+def test_the_compare_column_and_the_plot_name_the_batch_they_count(panel):
+    """The table's cache column and the plot's y axis are the whole batch's cache, and say so."""
+    select(panel, "smollm2-135m")
+    panel.spins["batch"].setValue(4)
+    header = panel.compare_table.horizontalHeaderItem(3).text()
+    assert header == "at 8,192 tokens\n× batch 4"
+    given = next(row for row in compare_rows(panel) if row[0] == "as given (GQA)")
+    assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
+    assert panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)

@@ -99,12 +99,14 @@ class CompareTable(ResultTable):
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
     def __init__(self) -> None:
-        super().__init__(["", "KV heads", "per token", "at seq_len", "vs MHA"], stretch=0)
+        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "vs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
                         "configured, and with a single shared K/V head (MQA).")
 
     def show_result(self, r: CalcResult) -> None:
         kind = r.attention_kind
+        # the cache column is the whole batch's, as the KV cache line says
+        self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,} tokens\n× batch {r.inputs.batch}")
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
         # the narrow table names a row briefly; its tooltip is the full label the command line prints
@@ -170,7 +172,7 @@ class KVPlot(pg.PlotWidget):
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
             label.setText(r.compare[key].label, color=TEXT)
-        self.setLabel("left", f"KV cache ({name})")
+        self.setLabel("left", f"KV cache of batch {r.inputs.batch} ({name})")
         self.setXRange(0, x_max, padding=0.02)
         self.setYRange(0, top / scale, padding=0.05)
         if r.inputs.max_positions:
