@@ -380,3 +380,15 @@ def test_input_messages_write_their_numbers_grouped_as_the_calculator_shows_them
     with pytest.raises(CalcError, match=r"n_head \(3\) does not divide d_model \(4,096\): d_model / "
                                          r"n_head = 1,365\.33;"):
         calculate(CalcInputs(n_layer=2, d_model=4096, n_head=3, seq_len=8))
+
+
+def test_the_activation_formulas_name_the_width_they_use():
+    """A head's output and the concatenation are as wide as the values: d_head where keys and values
+    share it, v_head_dim under MLA (DeepSeek: q/k heads of 192, values of 128)."""
+    f = calculate(preset_inputs("deepseek-v3", seq_len=4096)).formulas
+    assert f["head_output"] == "[T, v_head_dim] = [4096, 128]"
+    assert f["concat"] == "[T, n_head·v_head_dim] = [4096, 128·128]"
+    assert "d_head" not in f["head_output"] + f["concat"]
+    f = calculate(preset_inputs("llama-2-7b", seq_len=4096)).formulas
+    assert f["head_output"] == "[T, d_head] = [4096, 128]"
+    assert f["concat"] == "[T, n_head·d_head] = [4096, 32·128]"

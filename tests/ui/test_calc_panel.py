@@ -428,3 +428,12 @@ def test_the_compare_column_and_the_plot_name_the_batch_they_count(panel):
     given = next(row for row in compare_rows(panel) if row[0] == "as given (GQA)")
     assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
     assert panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)
+
+
+def test_the_shapes_table_names_the_value_width_under_mla(panel):
+    select(panel, "deepseek-v3")  # q/k heads of 192, values of 128
+    t = panel.shapes_table
+    formula = {t.item(r, 0).text(): t.item(r, 2).text() for r in range(t.rowCount())}
+    assert shape_cell(panel, "head_output") == "[131072, 128]"  # (seq_len: its longest context)
+    assert formula["head_output"] == "[T, v_head_dim]"
+    assert formula["concat"] == "[T, n_head·v_head_dim]"

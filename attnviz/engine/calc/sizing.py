@@ -317,10 +317,11 @@ def _activations(d: Dims) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
         "concat": (T, d.n_head * d.d_v),
         "scores": (d.n_head, T, T),
     }
+    dv = "d_head" if d.mla is None else "v_head_dim"  # a head's output is as wide as its values
     formulas = {
         "x": f"[T, d_model] = [{T}, {d.d_model}]",
-        "head_output": f"[T, d_head] = [{T}, {d.d_v}]",
-        "concat": f"[T, n_head·d_head] = [{T}, {d.n_head}·{d.d_v}]",
+        "head_output": f"[T, {dv}] = [{T}, {d.d_v}]",
+        "concat": f"[T, n_head·{dv}] = [{T}, {d.n_head}·{d.d_v}]",
         "scores": f"[n_head, T, T] = [{d.n_head}, {T}, {T}]",
     }
     return shapes, formulas
