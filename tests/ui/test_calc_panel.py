@@ -437,3 +437,11 @@ def test_the_shapes_table_names_the_value_width_under_mla(panel):
     assert shape_cell(panel, "head_output") == "[131072, 128]"  # (seq_len: its longest context)
     assert formula["head_output"] == "[T, v_head_dim]"
     assert formula["concat"] == "[T, n_head·v_head_dim]"
+
+
+def test_the_summary_gives_mla_no_kv_group_size(panel):
+    select(panel, "deepseek-v3")
+    text = panel.summary_label.text()
+    assert "all 128 query heads read one shared latent" in text and "per KV head" not in text
+    select(panel, "llama-3-8b")
+    assert "4 query heads per KV head" in panel.summary_label.text()

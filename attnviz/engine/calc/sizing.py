@@ -187,7 +187,7 @@ class CalcResult:
     attention_kind: str  # "MHA" | "GQA" | "MQA" | "MLA"
     d_head: int
     d_v: int
-    group_size: int  # query heads per KV head
+    group_size: int | None  # query heads per KV head; None under MLA (every head reads one latent)
     shapes: dict[str, tuple[int, int]]  # weights, [out, in]
     activation_shapes: dict[str, tuple[int, ...]]
     attn_params_per_layer: int
@@ -416,6 +416,9 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
 
     shapes, formulas = _shapes(d)
     formulas["d_head"] = _d_head_formula(d)
+    formulas["group_size"] = (
+        f"n_head / n_kv_head = {d.n_head} / {d.n_kv_head}" if d.mla is None else
+        f"none: all {d.n_head} query heads read one shared latent (no KV heads to group)")
     activation_shapes, activation_formulas = _activations(d)
     formulas.update(activation_formulas)
 
@@ -438,7 +441,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
                        mla=d.mla)
     return CalcResult(
         inputs=resolved, attention_kind=_kind(d), d_head=d.d_head, d_v=d.d_v,
-        group_size=group_size(d.n_head, d.n_kv_head), shapes=shapes, activation_shapes=activation_shapes,
+        group_size=None if d.mla else group_size(d.n_head, d.n_kv_head), shapes=shapes, activation_shapes=activation_shapes,
         attn_params_per_layer=attn_per_layer, attn_params_total=attn_per_layer * d.n_layer,
         model_params=model_params, flops=_flops(d, shapes),
         kv_bits_per_element=d.kv_bits,

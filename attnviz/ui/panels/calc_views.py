@@ -208,7 +208,8 @@ def _unit_for(top: float) -> tuple[int, str]:
 def summary_text(r: CalcResult) -> str:
     """The attention kind, d_head and the query heads per KV head (rich text)."""
     kind = r.attention_kind
-    groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else "")
+    groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else
+              f" · all {r.inputs.n_head} query heads read one shared latent" if kind == "MLA" else "")
     return f"<b>{kind}</b> · d_head = {html.escape(r.formulas['d_head'])}{groups}"
 
 
