@@ -368,6 +368,18 @@ def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:
     return formulas
 
 
+def _reduction_formula(d: Dims) -> str:
+    """How each comparison row's reduction against MHA is made; under MLA the latent's differs."""
+    rule = "MHA cache / this cache = n_head / n_kv_head"
+    if d.mla is None:
+        return rule
+    m = d.mla
+    mha, latent = _kv_elements_per_token_layer(d, d.n_head), _kv_elements_per_token_layer(d, None)
+    return (f"{rule} (MHA, MQA); as given (MLA): n_head·(d_head + v_head_dim) / (kv_lora_rank + "
+            f"qk_rope) = {d.n_head}·({d.d_head} + {d.d_v}) / ({m.kv_lora_rank} + {m.qk_rope_head_dim}) "
+            f"= {mha:,} / {latent:,} elements per token per layer")
+
+
 def _compare(d: Dims, tokens_cached: int) -> dict[str, Variant]:
     """The same model's KV cache with every head its own K/V (MHA), as given, and one (MQA)."""
     compare = {}
@@ -434,7 +446,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     _check_kv_total(d, kv_total_bits)
     formulas.update(_kv_formulas(d, bits_tl))
     compare = _compare(d, tokens_cached)
-    formulas["reduction_vs_mha"] = "MHA cache / this cache = n_head / n_kv_head"
+    formulas["reduction_vs_mha"] = _reduction_formula(d)
 
     resolved = replace(inputs, n_kv_head=d.n_kv_head if d.mla is None else inputs.n_kv_head,
                        d_head=d.d_head if d.mla is None else inputs.d_head, seq_len=d.seq_len,
