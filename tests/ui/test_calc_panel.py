@@ -445,3 +445,20 @@ def test_the_summary_gives_mla_no_kv_group_size(panel):
     assert "all 128 query heads read one shared latent" in text and "per KV head" not in text
     select(panel, "llama-3-8b")
     assert "4 query heads per KV head" in panel.summary_label.text()
+
+
+def test_the_greyed_mla_fields_show_what_mla_has(panel):
+    """Under MLA n_kv_head reads 'latent' (no KV heads) and d_head its true width, qk_nope + qk_rope,
+    not 'auto' (d_model / n_head = 56 on DeepSeek-V3, while its q/k heads are 192 wide)."""
+    select(panel, "deepseek-v3")
+    kv, dh = panel.spins["n_kv_head"], panel.spins["d_head"]
+    assert not kv.isEnabled() and not dh.isEnabled()
+    assert kv.text() == "latent (MLA)" and kv.toolTip().startswith("No KV heads under MLA")
+    assert dh.text() == "192"
+    assert "128 + 64 = 192" in dh.toolTip() and "v_head_dim = 128" in dh.toolTip()
+    assert "d_model / n_head" not in dh.toolTip()
+    panel.spins["d_model"].setValue(7000)  # Custom from an MLA model: the ranks still set them
+    assert (kv.text(), dh.text()) == ("latent (MLA)", "192") and panel.result.d_head == 192
+    select(panel, "falcon-7b")  # MQA: one KV head, written as a number again
+    assert kv.isEnabled() and kv.text() == "1" and dh.text() == "auto"
+    assert "'auto' = d_model / n_head" in dh.toolTip()

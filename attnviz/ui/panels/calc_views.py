@@ -17,6 +17,8 @@ from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
     kv_cache_needed, shown_variants,
 )
+from attnviz.engine.calc.inputs import CalcInputs, resolve
+from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
@@ -211,6 +213,22 @@ def summary_text(r: CalcResult) -> str:
     groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else
               f" · all {r.inputs.n_head} query heads read one shared latent" if kind == "MLA" else "")
     return f"<b>{kind}</b> · d_head = {html.escape(r.formulas['d_head'])}{groups}"
+
+
+def mla_fields(inp: CalcInputs) -> dict[str, tuple[int, str]]:
+    """What the n_kv_head and d_head fields show under MLA, which sets both, as (value, tooltip): no
+    KV heads (the field's minimum, shown as 'latent'), and d_head = qk_nope + qk_rope (0 if unknown)."""
+    kv_tip = ("No KV heads under MLA (multi-head latent attention): every query head reads one shared latent of "
+              "kv_lora_rank + qk_rope elements per token per layer.")
+    try:
+        d = resolve(inp)
+    except CalcError:
+        return {"n_kv_head": (1, kv_tip), "d_head": (0, "Under MLA, set by the model's ranks.")}
+    m = d.mla
+    return {"n_kv_head": (1, kv_tip),
+            "d_head": (d.d_head, f"Under MLA, set by the model: query and key heads are qk_nope + "
+                                 f"qk_rope = {m.qk_nope_head_dim} + {m.qk_rope_head_dim} = {d.d_head} "
+                                 f"wide, values v_head_dim = {d.d_v}.")}
 
 
 def params_text(r: CalcResult) -> str:
