@@ -462,3 +462,23 @@ def test_the_greyed_mla_fields_show_what_mla_has(panel):
     select(panel, "falcon-7b")  # MQA: one KV head, written as a number again
     assert kv.isEnabled() and kv.text() == "1" and dh.text() == "auto"
     assert "'auto' = d_model / n_head" in dh.toolTip()
+
+
+def test_custom_numbers_name_the_inputs_they_keep_from_their_model(panel):
+    """Custom numbers keep the base model's d_ff, vocabulary, positions, window and architecture,
+    which have no field: the whole-model count uses them, and a note under the fields says which."""
+    assert not panel.kept_note.isVisibleTo(panel)  # a preset as listed: nothing kept from another
+    panel.spins["d_model"].setValue(2048)
+    assert panel.preset_combo.currentData() == CUSTOM
+    note = panel.kept_note.text()
+    assert panel.kept_note.isVisibleTo(panel)
+    assert note.startswith("Kept from Llama 2 7B, with no field here: d_ff 11,008; vocab 32,000; "
+                           "max positions 4,096; architecture: a Llama-style decoder's")
+    assert panel.result.model_params["total"] == calculate(
+        preset_inputs("llama-2-7b"), d_model=2048, d_head=None).model_params["total"]
+    select(panel, "gemma-2-9b")
+    panel.spins["n_layer"].setValue(40)
+    note = panel.kept_note.text()
+    assert "sliding window 4,096 on layers even" in note and "norms_per_layer 4, tied_embeddings" in note
+    select(panel, "gpt2")
+    assert not panel.kept_note.isVisibleTo(panel)

@@ -17,7 +17,7 @@ from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
     CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, heading, kv_text,
-    live_text, mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
+    kept_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
 
@@ -236,6 +236,8 @@ class CalcPanel(QWidget):
         lay.addLayout(self._build_fields())
         self.general_error = error_label()
         lay.addWidget(self.general_error)
+        self.kept_note = note_label()  # Custom: the inputs kept from the model it started from
+        lay.addWidget(self.kept_note)
         self.results = QWidget()
         self._build_results(QVBoxLayout(self.results))
         lay.addWidget(self.results)
@@ -479,6 +481,9 @@ class CalcPanel(QWidget):
 
         notes = list(r.warnings)
         key = self.preset_combo.currentData()
+        base = self.presets[self._base_key].name if self._base_key in self.presets else self._loaded_name
+        self.kept_note.setText(kept_text(base, r.inputs) if key == CUSTOM else "")
+        self.kept_note.setVisible(key == CUSTOM)
         if key in self.presets:
             p = self.presets[key]
             if p.notes:

@@ -8,6 +8,7 @@ decides when to show a result."""
 from __future__ import annotations
 
 import html
+from dataclasses import fields
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
@@ -17,7 +18,7 @@ from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
     kv_cache_needed, shown_variants,
 )
-from attnviz.engine.calc.inputs import CalcInputs, resolve
+from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
 from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
@@ -378,6 +379,31 @@ def note_label() -> QLabel:
     label.setTextFormat(Qt.TextFormat.PlainText)
     label.hide()
     return label
+
+
+def kept_text(base: str, inp: CalcInputs) -> str:
+    """The inputs Custom numbers keep from the model they started from, which have no field here."""
+    kept = [f"{name} {value:,}" for name, value in (("d_ff", inp.d_ff), ("vocab", inp.vocab_size),
+                                                     ("max positions", inp.max_positions)) if value]
+    if inp.sliding_window:
+        layers = inp.sliding_window_layers
+        on = f"{len(layers)} listed layers" if isinstance(layers, (list, tuple)) else f"layers {layers or 'all'}"
+        kept.append(f"sliding window {inp.sliding_window:,} on {on}")
+    if inp.mla is not None:
+        m = inp.mla
+        kept.append("MLA " + ", ".join(f"{f.name} {getattr(m, f.name):,}" for f in fields(m)
+                                       if getattr(m, f.name) is not None))
+    arch = [_arch_field(f.name, value) for f in fields(Arch)
+            if (value := getattr(inp.arch, f.name)) != getattr(Arch(), f.name)]
+    kept.append("architecture: " + (f"a Llama-style decoder's except {', '.join(arch)}" if arch else
+                                    "a Llama-style decoder's (gated MLP, RMSNorm, untied output head)"))
+    return f"Kept from {base}, with no field here: {'; '.join(kept)}."
+
+
+def _arch_field(name: str, value) -> str:
+    if isinstance(value, bool):
+        return name if value else f"no {name}"
+    return f"{name} {value:,}" if isinstance(value, int) else f"{name} {value}"
 
 
 def dropped_text(made_on: str, shown: str) -> str:
