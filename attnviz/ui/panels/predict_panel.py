@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import quoted
+from attnviz.figures.effects import lens_ranks
 from attnviz.figures.numbers import signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.ablation_panel import AblationPanel
@@ -208,7 +209,7 @@ class PredictPanel(QWidget):
         self.lens_title.setText(f"{LENS_LABEL}, p and rank of ‘{_cut(target)}’"
                                 + (" — changed run" if changed else ""))
         _fill(self.lens_table, [[str(l), a.label(lens.top_ids[l]), _p(lens.top_logprobs[l]),
-                                 _p(lens.target_logprobs[l]), str(int(lens.target_ranks[l]) + 1)]
+                                 _p(lens.target_logprobs[l]), str(int(lens_ranks(lens)[l]))]
                                 for l in range(len(lens.top_ids))], numbers=(0, 2, 3, 4))
         self.dla_view.set_map(dla_map(st, a))
 
