@@ -88,3 +88,24 @@ def test_a_job_whose_thread_cannot_start_is_not_waited_for(qtbot, monkeypatch):
     assert not runner.at_work("load") and runner.running("load") is None
     runner.when_none_running("load", lambda: done.append(1))
     assert done == [1] and busy == []
+
+
+def test_a_refused_job_after_a_running_one_leaves_the_runner_not_busy(qtbot, monkeypatch):
+    """A job that cannot start makes the running one of its kind stale (claim) all the same: the
+    window then waits for nothing, and says so (sigBusy False), though the stale job runs on."""
+    from attnviz.ui.machinery.runner import THREAD
+
+    def refused(_thread):
+        raise RuntimeError("can't start new thread")
+    release = threading.Event()
+    runner, busy = Runner(), []
+    runner.sigBusy.connect(busy.append)
+    runner.submit("load", lambda: release.wait(30), lambda *_: None, lane=THREAD)
+    assert busy == [True]
+    with monkeypatch.context() as m:
+        m.setattr(threading.Thread, "start", refused)
+        with pytest.raises(RuntimeError):
+            runner.submit("load", lambda: "read", lambda *_: None, lane=THREAD)
+    assert busy == [True, False] and runner.running("load") is None
+    release.set()
+    qtbot.waitUntil(lambda: not runner.at_work("load"), timeout=10_000)

@@ -112,6 +112,7 @@ class Runner(QObject):
                 _pool.enqueue(self.pool, job, self._relay, is_stale)
         except BaseException:  # (no thread, or the pool deleted): it never runs, none waits for it
             self._live.pop(job.id, None)
+            self._update_busy()  # (claim made the running job of its kind stale: none is waited for)
             raise
         self._update_busy()
         return job
