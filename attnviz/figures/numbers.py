@@ -17,10 +17,16 @@ def plain_signed(value: float, decimals: int = 4) -> str:
     return "+" + text[1:] if text[0] == "-" and float(text) == 0 else text
 
 
+def minus_signs(text: str) -> str:
+    """A number as Python writes it (`-2.745`, `-1.03e-05`) with every minus "−", as the window
+    writes them."""
+    return text.replace("-", "\u2212")
+
+
 def signed(value: float, decimals: int = 4) -> str:
     """plain_signed as the window and its figures write it, the minus as "−" as every colour bar
     writes it: `+0.1234`, `−0.1234`, `+0.0000`."""
-    return plain_signed(value, decimals).replace("-", "\u2212")
+    return minus_signs(plain_signed(value, decimals))
 
 
 def bar_end(value: float) -> str:

@@ -6,7 +6,7 @@ reads `+0.0000` either way."""
 import numpy as np
 
 from attnviz.figures import headmap, patching
-from attnviz.figures.numbers import plain_signed, signed
+from attnviz.figures.numbers import minus_signs, plain_signed, signed
 
 
 def test_the_window_writes_the_minus_the_bars_write_and_files_the_ascii_one():
@@ -26,3 +26,8 @@ def test_a_hover_writes_a_negative_value_with_the_bars_minus():
                               "x", "y", 1.5, -0.5)
     assert patching.readout(view, 1, 2).endswith("effect \u22120.5000")
     assert "clean +1.5000, corrupted \u22120.5000" in view.metric_line()
+
+
+def test_a_number_python_writes_reads_with_the_window_minus_mantissa_and_exponent_alike():
+    assert minus_signs(f"{-1.033e-05:.4g}") == "\u22121.033e\u221205"
+    assert minus_signs(f"{-2.745:.3f}") == "\u22122.745" and minus_signs(f"{0.5:.2f}") == "0.50"

@@ -168,6 +168,7 @@ def test_switching_a_head_off_shows_the_changed_run_everywhere_and_restores(smol
     assert rows[0][0] == clean.label(clean.clean.top_ids[0])
     d = float(a.changed.logprobs[a.target] - a.clean.logprobs[a.target])
     assert f"= {d:+.3f} nats".replace("-", "\u2212") in panel.delta_label.text()
+    assert "-" not in panel.delta_label.text()  # (the log ps beside it too: every minus "−")
     assert "changed run" in panel.lens_title.text()
     assert panel.ablation_panel.head_list.item(0).text() == "L18 H6  (zero)"
     # one click restores the clean run

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.effects import lens_ranks
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import minus_signs, signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
@@ -203,8 +203,8 @@ class PredictPanel(QWidget):
         d = a.delta_target()
         self.delta_label.setText(
             "" if d is None else
-            f"Δ log p(‘{_cut(target)}’) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
-            f"changed {a.changed.logprobs[a.target]:.3f})")
+            f"Δ log p(‘{_cut(target)}’) = {signed(d, 3)} nats (clean {minus_signs(f'{a.clean.logprobs[a.target]:.3f}')} → "
+            f"changed {minus_signs(f'{a.changed.logprobs[a.target]:.3f}')})")
         lens = a.lens
         self.lens_title.setText(f"{LENS_LABEL}, p and rank of ‘{_cut(target)}’"
                                 + (" — changed run" if changed else ""))
