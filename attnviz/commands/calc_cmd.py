@@ -10,7 +10,7 @@ from pathlib import Path
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
     compare_cells,
-    exact_bytes, exact_count, format_bytes, format_count, shown_variants,
+    exact_bytes, exact_count, format_bytes, format_count, shown_variants, window_layers_text,
 )
 from attnviz.engine.errors import CalcError
 from attnviz.engine.calc.presets import Preset, get_preset, load_presets
@@ -186,8 +186,8 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
                  f"   n_layer {i.n_layer}   {groups}")
     lines.append(f"  d_head: {f['d_head']}")
     if i.sliding_window:
-        lines.append(f"  sliding window {i.sliding_window:,} tokens on layers "
-                     f"{i.sliding_window_layers or 'all'}")
+        lines.append(f"  sliding window {i.sliding_window:,} tokens on "
+                     f"{window_layers_text(i.sliding_window_layers)}")
 
     lines += ["", "Weight shapes [out, in]"]
     rows = [(f"  {name}", str(list(shape)), f.get(name, "")) for name, shape in r.shapes.items()]

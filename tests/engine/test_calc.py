@@ -404,3 +404,18 @@ def test_the_reduction_formula_is_the_one_used():
     assert r.compare["mqa"].reduction_vs_mha == 128  # MQA against MHA: n_head / n_kv_head
     assert calculate(preset_inputs("llama-3-8b")).formulas["reduction_vs_mha"] == (
         "MHA cache / this cache = n_head / n_kv_head")
+
+
+def test_an_mla_model_needs_no_d_model_n_head_divides():
+    """MLA's q/k width comes from its ranks (qk_nope + qk_rope): a d_model that n_head does not
+    divide is no error there, as it is where d_head defaults to d_model / n_head."""
+    r = calculate(preset_inputs("deepseek-v3", d_model=7000))
+    assert r.d_head == 192 and r.inputs.d_model == 7000
+    with pytest.raises(CalcError, match="does not divide d_model"):
+        calculate(CalcInputs(d_model=7000, n_head=128, n_layer=2, seq_len=16))
+
+
+def test_a_sliding_window_names_its_layers_as_a_sentence_reads():
+    from attnviz.engine.calc import window_layers_text
+    assert [window_layers_text(s) for s in ("even", "odd", "all", None, (0, 2, 5))] == [
+        "even layers", "odd layers", "all layers", "all layers", "layers 0, 2, 5"]

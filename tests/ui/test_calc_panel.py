@@ -457,7 +457,8 @@ def test_the_greyed_mla_fields_show_what_mla_has(panel):
     assert dh.text() == "192"
     assert "128 + 64 = 192" in dh.toolTip() and "v_head_dim = 128" in dh.toolTip()
     assert "d_model / n_head" not in dh.toolTip()
-    panel.spins["d_model"].setValue(7000)  # Custom from an MLA model: the ranks still set them
+    panel.spins["d_model"].setValue(7000)  # Custom from an MLA model: the ranks still set them,
+    assert panel.results.isEnabled() and panel.result.inputs.d_model == 7000  # (not d_model / n_head)
     assert (kv.text(), dh.text()) == ("latent (MLA)", "192") and panel.result.d_head == 192
     select(panel, "falcon-7b")  # MQA: one KV head, written as a number again
     assert kv.isEnabled() and kv.text() == "1" and dh.text() == "auto"
@@ -479,6 +480,6 @@ def test_custom_numbers_name_the_inputs_they_keep_from_their_model(panel):
     select(panel, "gemma-2-9b")
     panel.spins["n_layer"].setValue(40)
     note = panel.kept_note.text()
-    assert "sliding window 4,096 on layers even" in note and "norms_per_layer 4, tied_embeddings" in note
+    assert "sliding window 4,096 on even layers" in note and "norms_per_layer 4, tied_embeddings" in note
     select(panel, "gpt2")
     assert not panel.kept_note.isVisibleTo(panel)

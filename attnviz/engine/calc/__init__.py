@@ -18,6 +18,7 @@ The package, by concept: `inputs` (the question and its validation), `sizing` (t
 
 from attnviz.engine.calc.format import (
     BINARY_UNITS, compare_cells, exact_bytes, exact_count, format_bytes, format_count, shown_variants,
+    window_layers_text,
 )
 from attnviz.engine.calc.from_config import calc_inputs_from_config, kv_cache_needed
 from attnviz.engine.calc.inputs import (
@@ -32,4 +33,5 @@ __all__ = [
     "MAX_PARAMS", "MLA", "MLA_ROPE_HEAD_DIM", "Arch", "CalcInputs", "CalcResult", "Variant",
     "arch_from_dict", "calc_inputs_from_config", "calculate", "compare_cells", "context_lengths",
     "exact_bytes", "exact_count", "format_bytes", "format_count", "kv_cache_needed", "shown_variants",
+    "window_layers_text",
 ]

@@ -50,3 +50,11 @@ def format_count(n: int | float) -> str:
             value = n / scale
             return f"{value:.3g} {suffix}" if value < 100 else f"{value:.1f} {suffix}"
     return f"{n:g}" if isinstance(n, float) else str(n)
+
+
+def window_layers_text(spec) -> str:
+    """Which layers a sliding window is on, as a sentence reads it: `all layers`, `even layers`,
+    `odd layers`, `layers 0, 2, 5` (spec: CalcInputs.sliding_window_layers)."""
+    if isinstance(spec, (list, tuple)):
+        return f"layers {', '.join(str(int(i)) for i in spec)}" if spec else "no layers"
+    return f"{spec or 'all'} layers"

@@ -198,13 +198,13 @@ def resolve(inp: CalcInputs) -> Dims:
     if inp.kv_dtype not in KV_DTYPE_BITS:
         raise input_error("kv_dtype",
                    f"kv_dtype {inp.kv_dtype!r} is not one of {', '.join(KV_DTYPE_BITS)}")
-    if head_dim is None:
+    mla = inp.mla
+    if head_dim is None and (mla is None or not mla.qk_nope_head_dim):  # (MLA's ranks give its width)
         head_dim = default_d_head(d_model, n_head)
         if head_dim is None:
             raise input_error("n_head",
                        f"n_head ({n_head:,}) does not divide d_model ({d_model:,}): d_model / "
                        f"n_head = {d_model / n_head:,.6g}; give d_head explicitly or change n_head")
-    mla = inp.mla
     if mla is not None:
         nope = whole("qk_nope_head_dim", mla.qk_nope_head_dim or head_dim)
         mla = MLA(kv_lora_rank=whole("kv_lora_rank", mla.kv_lora_rank),

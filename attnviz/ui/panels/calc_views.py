@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidg
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
-    kv_cache_needed, shown_variants,
+    kv_cache_needed, shown_variants, window_layers_text,
 )
 from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
 from attnviz.engine.errors import CalcError
@@ -387,7 +387,7 @@ def kept_text(base: str, inp: CalcInputs) -> str:
                                                      ("max positions", inp.max_positions)) if value]
     if inp.sliding_window:
         layers = inp.sliding_window_layers
-        on = f"{len(layers)} listed layers" if isinstance(layers, (list, tuple)) else f"layers {layers or 'all'}"
+        on = f"{len(layers)} listed layers" if isinstance(layers, (list, tuple)) else window_layers_text(layers)
         kept.append(f"sliding window {inp.sliding_window:,} on {on}")
     if inp.mla is not None:
         m = inp.mla
