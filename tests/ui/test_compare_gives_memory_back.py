@@ -98,3 +98,23 @@ def test_the_free_pages_are_released_once_b_is_gone(qtbot, tmp_path, monkeypatch
     qtbot.waitUntil(lambda: gc.collect() is not None and True in released, timeout=WAIT)
     assert b() is None
     w.worker.wait_idle()
+
+
+@pytest.mark.parametrize("libc", ["without malloc_trim", "not found"])
+def test_a_c_library_without_malloc_trim_releases_nothing(libc):
+    """Another C library than glibc (musl has no malloc_trim), or none found by name: the release
+    does nothing, and says nothing (a fresh process: the trim is looked up once)."""
+    import subprocess
+    import sys
+
+    fake = "lambda *a, **k: object()" if libc == "without malloc_trim" else "no_library"
+    code = ("import ctypes\n"
+            "from attnviz.ui.machinery import tuning\n"
+            "def no_library(*a, **k):\n"
+            "    raise OSError('no such library')\n"
+            f"ctypes.CDLL = {fake}\n"
+            "tuning.release_free_memory()\n"
+            "tuning.release_free_memory()\n"
+            "print('released nothing')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "released nothing\n", "")
