@@ -75,7 +75,7 @@ def _share(way, t, sync, n, kinds, qs, ss, os_, xs, ys, words):
     for j in range(len(qs)):
         c = op._chunk(sync, j)
         if c < n:
-            op._chunks(sync, j, c, n, kinds[j], qs[j], ss[j], os_[j], xs[j], ys[j], ys[j], ys[j], False)
+            op._chunks(sync, j, c, n, kinds[j], qs[j], ss[j], os_[j], xs[j], ys[j], ys[j], ys[j], False, t == 1)
         op._wait(sync, j, n)
     return acc
 

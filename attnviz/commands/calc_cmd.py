@@ -180,8 +180,10 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
 
     lines += ["", "Dimensions"]
     kv = "latent (MLA)" if r.attention_kind == "MLA" else str(i.n_kv_head)
+    groups = (f"query heads per KV head {r.group_size}" if r.group_size is not None
+              else f"all {i.n_head} query heads read one shared latent")
     lines.append(f"  d_model {i.d_model}   n_head {i.n_head}   n_kv_head {kv}   d_head {r.d_head}"
-                 f"   n_layer {i.n_layer}   query heads per KV head {r.group_size}")
+                 f"   n_layer {i.n_layer}   {groups}")
     lines.append(f"  d_head: {f['d_head']}")
     if i.sliding_window:
         lines.append(f"  sliding window {i.sliding_window:,} tokens on layers "

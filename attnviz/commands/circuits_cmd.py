@@ -19,7 +19,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.request import RunRequest
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import plain_signed
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
@@ -91,15 +91,15 @@ def cmd_qk(args) -> int:
     toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
     print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} "
           f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
-          f"{signed(doc['score'])} (table sum "
-          f"{signed(float(np.sum(doc['table'])))}, bias terms {signed(doc['bias'])})")
+          f"{plain_signed(doc['score'])} (table sum "
+          f"{plain_signed(float(np.sum(doc['table'])))}, bias terms {plain_signed(doc['bias'])})")
     print("largest query x key pairs:")
     for row in doc["top"][:10]:
-        print(f"  {row['query']:>10} x {row['key']:<10} {signed(row['value'])}")
+        print(f"  {row['query']:>10} x {row['key']:<10} {plain_signed(row['value'])}")
     for side in ("query_side", "key_side"):
         vals = np.array(doc[side])
         order = np.argsort(-np.abs(vals))[:5]
-        print(f"{side.replace('_', ' ')}: " + ", ".join(f"{doc['components'][i]} {signed(vals[i], 3)}"
+        print(f"{side.replace('_', ' ')}: " + ", ".join(f"{doc['components'][i]} {plain_signed(vals[i], 3)}"
                                                         for i in order))
     return 0
 
@@ -150,7 +150,7 @@ def cmd_circuits(args) -> int:
     else:
         print("copying [layer x head]:")
         for layer, row in enumerate(circ.copying):
-            print(f"  L{layer:<3}" + " ".join(signed(v, 2) for v in row))
+            print(f"  L{layer:<3}" + " ".join(plain_signed(v, 2) for v in row))
     for mode in C.MODES:
         s = circ.composition[mode]
         order = np.argsort(-s, axis=None)[:5]
@@ -159,5 +159,5 @@ def cmd_circuits(args) -> int:
             f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
     if ov is not None:
         print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes: "
-              + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _, t, v in ov))
+              + ", ".join(f"{quoted(t)} {plain_signed(v, 2)}" for _, t, v in ov))
     return 0

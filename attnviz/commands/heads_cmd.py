@@ -222,7 +222,7 @@ def _template_probe(args, kind) -> int:
     for example in ts.examples:
         print(f"  e.g. \u201c{example}\u201d")
     print()
-    from attnviz.figures.numbers import signed  # (here: the command loads figures only to print)
+    from attnviz.figures.numbers import plain_signed  # (here: the command loads figures only to print)
 
     print("layer head  label       score  accuracy   farther    nearer")
     passing = {(l, h) for l, h, *_ in ts.labelled()}
@@ -230,7 +230,7 @@ def _template_probe(args, kind) -> int:
         for h in range(c.n_head):
             label = kind if (l, h) in passing else "-"
             print(f"{l:5d} {h:4d}  {label:<11} {ts.score[l, h]:6.3f} {ts.accuracy[l, h]:9.2f} "
-                  f"{signed(ts.far[l, h], 3):>9} {signed(ts.near[l, h], 3):>9}")
+                  f"{plain_signed(ts.far[l, h], 3):>9} {plain_signed(ts.near[l, h], 3):>9}")
     print()
     hits = ts.labelled()
     if hits:

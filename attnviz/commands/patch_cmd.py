@@ -114,7 +114,7 @@ def cmd_patch(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    from attnviz.figures.numbers import signed  # (here: the command loads figures only to print)
+    from attnviz.figures.numbers import plain_signed  # (here: the command loads figures only to print)
 
     m = result.metric
     # the tables show tokens as the window and the Patching panel label them (clean, corrupt); the
@@ -122,13 +122,13 @@ def cmd_patch(args) -> int:
     print(f"{model.name}: {args.what}, {args.direction}, {result.runs} patched runs in "
           f"{result.seconds['total']:.1f} s; at token {m.position} {quoted(clean[m.position])}")
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
-          f"{quoted(token_text(model, m.alt))}): clean {signed(m.diff_clean, 3)}, corrupted "
-          f"{signed(m.diff_corrupt, 3)}")
+          f"{quoted(token_text(model, m.alt))}): clean {plain_signed(m.diff_clean, 3)}, corrupted "
+          f"{plain_signed(m.diff_corrupt, 3)}")
     base = PT.unpatched(result.direction)
     print(f"effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt), {base:g} where "
           f"nothing changes; largest |effect{' - 1' if base else ''}|:")
     for index, e in PT.ranked(result, TOP):
-        print(f"  {describe_index(args.what, index, clean, corrupt):<32} {signed(e, 3)}")
+        print(f"  {describe_index(args.what, index, clean, corrupt):<32} {plain_signed(e, 3)}")
     return 0
 
 

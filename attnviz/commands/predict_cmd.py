@@ -179,7 +179,7 @@ def _predict(model, args, prepared) -> int:
 
 def _print_prediction(doc, cfg) -> None:
     """The table: tokens as the window labels them (token_text); the raw pieces are in --json."""
-    from attnviz.figures.numbers import signed  # (here: a predict alone loads no figure module)
+    from attnviz.figures.numbers import plain_signed  # (here: a predict alone loads no figure module)
 
     tok = doc["labels"][doc["position"]]
     target = f"{quoted(doc['target_token'])} ({doc['target']})"
@@ -190,14 +190,14 @@ def _print_prediction(doc, cfg) -> None:
               f"log p = {row['logprob']:.3f}")
     if "changed" in doc:
         print(f"target {target}: log p {doc['clean_target_logprob']:.3f} clean, "
-              f"{doc['target_logprob']:.3f} changed (delta {signed(doc['delta_target_logprob'], 3)})")
+              f"{doc['target_logprob']:.3f} changed (delta {plain_signed(doc['delta_target_logprob'], 3)})")
     dla = np.array(doc["dla"])
     print(f"logit({target}) - logit({quoted(doc['alt_token'])} ({doc['alt']})) = "
           f"{doc['logit_diff']:.3f}; direct effect: "
-          f"heads {signed(dla.sum(), 3)}, MLPs {signed(sum(doc['dla_rest']['mlp']), 3)}, embeddings "
-          f"{signed(doc['dla_rest']['embed'], 3)}, biases {signed(doc['dla_rest']['bias'], 3)}")
+          f"heads {plain_signed(dla.sum(), 3)}, MLPs {plain_signed(sum(doc['dla_rest']['mlp']), 3)}, embeddings "
+          f"{plain_signed(doc['dla_rest']['embed'], 3)}, biases {plain_signed(doc['dla_rest']['bias'], 3)}")
     order = np.argsort(-np.abs(dla), axis=None)[:5]
-    print("largest heads: " + ", ".join(f"{head_title(i // cfg.n_head, i % cfg.n_head)} {signed(dla.flat[i], 3)}"
+    print("largest heads: " + ", ".join(f"{head_title(i // cfg.n_head, i % cfg.n_head)} {plain_signed(dla.flat[i], 3)}"
                                         for i in order))
     print("logit lens (raw: the final norm applied to each layer): top-1, log p(target)")
     for layer, row in enumerate(doc["lens"]):
@@ -241,11 +241,11 @@ def cmd_scan(args) -> int:
             f"mean -log p over the second copy ({scan.span[1] - 1} tokens)")
     print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {scan.effect.size} heads "
           f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")
-    from attnviz.figures.numbers import signed  # (here: a predict alone loads no figure module)
+    from attnviz.figures.numbers import plain_signed  # (here: a predict alone loads no figure module)
 
     print("   rank  head      effect (nats)")
     for n, (l, h, e) in enumerate(scan.ranked()[:15], 1):
-        print(f"  {n:>5}  {head_title(l, h):<9} {signed(e)}")
+        print(f"  {n:>5}  {head_title(l, h):<9} {plain_signed(e)}")
     return 0
 
 

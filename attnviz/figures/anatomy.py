@@ -34,6 +34,7 @@ from attnviz.figures.anatomy_parts import (
 )
 from attnviz.figures.anatomy_sections import SECTIONS, Cursor
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
+from attnviz.figures.numbers import minus_signs
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font, figure_image
 from attnviz.figures.style import FOCUS, heat_index, heat_table
 
@@ -316,7 +317,7 @@ def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | 
             where = f"{quoted(view.labels[i])} \u2192 {quoted(view.labels[j])}"
     value = float(b.data[i, j])
     return (f"{name}{who}  {shape_text(b.shape)} float32, {format_bytes(b.nbytes)}  \u00b7  "
-            f"{where}: {value:.4g}")
+            f"{where}: {minus_signs(f'{value:.4g}')}")
 
 
 # (each block an embedded image in the SVG; text and outlines vector)

@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
-from attnviz.figures.numbers import bar_text, bar_ticks
+from attnviz.figures.numbers import bar_about
 from attnviz.figures.render import encode_png, figure_font, figure_image
 from attnviz.figures.style import ERROR, FOCUS, colormap_colors
 
@@ -148,11 +148,8 @@ LABEL_GAP = 3.0  # between the colour bar and its labels
 def bar_labels(lim: float, middle: float = 0.0) -> tuple[str, str, str]:
     """The colour bar's (top, middle, bottom) labels, written as every colour bar writes them
     (numbers.bar_ticks: about 0 `+0.447 0 −0.447`, about a noise run's 1 `1.0002 1.0000 0.9998`);
-    a limit of 0 (A = B): the middle only, the ends empty."""
-    lo, hi = middle - lim, middle + lim
-    ends = dict(bar_ticks(lo, hi)[0])
-    text = bar_text(lo, hi, middle)
-    return ("", text, "") if lim == 0 else (ends.get(hi, ""), text, ends.get(lo, ""))
+    a limit of 0 (A = B): the middle only, the ends empty (numbers.bar_about)."""
+    return bar_about(middle, lim)
 
 
 def bar_label_width(lim: float, middle: float = 0.0) -> float:

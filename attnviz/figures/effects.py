@@ -77,6 +77,11 @@ def effects_view(kind: str, analysis, *, model: str, result, kv_group, typed=(""
                        (str(typed[0]), str(typed[1])), {**DISPLAY, **(display or {})})
 
 
+def lens_ranks(lens) -> np.ndarray:  # [n_layer] the target's rank counted from 1 (1: the layer's top-1)
+    """The lens's target ranks as the tab, the figure and every export give them: from 1."""
+    return np.asarray(lens.target_ranks, dtype=np.int64) + 1
+
+
 def _top(a, p) -> list:
     return [{"id": int(i), "token": a.label(i), "logprob": float(lp)} for i, lp in zip(p.top_ids, p.top_logprobs)]
 
@@ -95,10 +100,10 @@ def numbers(view: EffectsView) -> dict:
             out["changed_top"] = _top(a, a.changed)
             out["delta_target_logprob"] = a.delta_target()
     elif view.kind == "lens":
-        L = a.lens
+        L, ranks = a.lens, lens_ranks(a.lens)
         out["lens"] = [{"top_id": int(L.top_ids[l]), "top_token": a.label(L.top_ids[l]),
                         "top_logprob": float(L.top_logprobs[l]),
-                        "target_logprob": float(L.target_logprobs[l]), "target_rank": int(L.target_ranks[l])}
+                        "target_logprob": float(L.target_logprobs[l]), "target_rank": int(ranks[l])}
                        for l in range(len(L.top_ids))]
     else:
         d = a.dla
@@ -119,10 +124,10 @@ def csv_text(view: EffectsView) -> str:
                         f"{a.changed.top_logprobs[r]:.6f}"]
             rows.append(row)
     elif view.kind == "lens":
-        L = a.lens
+        L, ranks = a.lens, lens_ranks(a.lens)
         rows = [["layer", "top_id", "top_token", "top_logprob", "target_logprob", "target_rank"]]
         rows += [[l, int(L.top_ids[l]), a.label(L.top_ids[l]), f"{L.top_logprobs[l]:.6f}",
-                  f"{L.target_logprobs[l]:.6f}", int(L.target_ranks[l])] for l in range(len(L.top_ids))]
+                  f"{L.target_logprobs[l]:.6f}", int(ranks[l])] for l in range(len(L.top_ids))]
     else:
         d = a.dla
         n_head = d.heads.shape[1]
@@ -138,14 +143,14 @@ def csv_text(view: EffectsView) -> str:
 
 def npy_array(view: EffectsView) -> np.ndarray:
     """The view's main array: top-k log-probs [k] (with the changed run's: [2, k]), the lens's
-    [n_layer, 3] (top log p, target log p, target rank) or DLA's heads [n_layer, n_head]."""
+    [n_layer, 3] (top log p, target log p, target rank from 1) or DLA's heads [n_layer, n_head]."""
     a = view.analysis
     if view.kind == "prediction":
         lp = a.clean.top_logprobs
         return np.stack([lp, a.changed.top_logprobs]) if a.changed is not None else np.asarray(lp)
     if view.kind == "lens":
         L = a.lens
-        return np.stack([L.top_logprobs, L.target_logprobs, L.target_ranks.astype(np.float64)], axis=1)
+        return np.stack([L.top_logprobs, L.target_logprobs, lens_ranks(L).astype(np.float64)], axis=1)
     return np.asarray(a.dla.heads)
 
 
@@ -253,7 +258,7 @@ def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
                                   (row_h - 6 * s) / 2), colour)
             p.setPen(TEXT)
             p.drawText(QRectF(x_bar + w + 6 * s, y, 140 * s, row_h), Qt.AlignmentFlag.AlignVCenter,
-                       f"{np.exp(L.top_logprobs[r]):.2f} / {np.exp(L.target_logprobs[r]):.2f}  #{int(L.target_ranks[r]) + 1}")
+                       f"{np.exp(L.top_logprobs[r]):.2f} / {np.exp(L.target_logprobs[r]):.2f}  #{int(lens_ranks(L)[r])}")
 
 
 png_bytes, svg_bytes = figure_exports(layout, paint, lambda view: f"attnviz {view.kind}: {view.text}")

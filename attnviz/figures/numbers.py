@@ -6,13 +6,27 @@ import functools
 import math
 import sys
 from collections.abc import Callable
+from decimal import Decimal
+
+
+def plain_signed(value: float, decimals: int = 4) -> str:
+    """`+0.1234`, `-0.1234`: a value with its sign as the command line and files write it (an ASCII
+    "-", which a program reads back), and `+0.0000` for one that rounds to zero (a part that is 0 up
+    to float rounding, -2.7e-7, never reads `-0.0000`)."""
+    text = f"{float(value):+.{decimals}f}"
+    return "+" + text[1:] if text[0] == "-" and float(text) == 0 else text
+
+
+def minus_signs(text: str) -> str:
+    """A number as Python writes it (`-2.745`, `-1.03e-05`) with every minus "−", as the window
+    writes them."""
+    return text.replace("-", "\u2212")
 
 
 def signed(value: float, decimals: int = 4) -> str:
-    """`+0.1234`, `-0.1234`: a value with its sign, and `+0.0000` for one that rounds to zero (a part
-    that is 0 up to float rounding, -2.7e-7, never reads `-0.0000`)."""
-    text = f"{float(value):+.{decimals}f}"
-    return "+" + text[1:] if text[0] == "-" and float(text) == 0 else text
+    """plain_signed as the window and its figures write it, the minus as "−" as every colour bar
+    writes it: `+0.1234`, `−0.1234`, `+0.0000`."""
+    return minus_signs(plain_signed(value, decimals))
 
 
 def bar_end(value: float) -> str:
@@ -95,15 +109,24 @@ Write = Callable[[float], str]  # how one bar writes any value on it
 
 
 def _ends_only(lo: float, hi: float) -> tuple[list[tuple[float, str]], Write]:
-    """A bar's two ends in the fewest significant digits (3 or more) that write each within NEAR
-    of the span of its value and the two apart, and that writer."""
+    """A bar's two ends, each within NEAR of the span of its value and the two apart, and how the
+    bar writes any other value: in fixed point to the fewest decimals that do, every label to the
+    same decimals as a wider bar writes them (`1.00000000000001 1.00000000000000 0.99999999999999`),
+    or, where that is longer, in the fewest significant digits (3 or more) that do (`1e−310`)."""
     span = hi - lo
+
+    def reads_right(write: Write) -> bool:
+        texts = (write(lo), write(hi))
+        return texts[0] != texts[1] and all(abs(_value(t) - v) <= NEAR * span for t, v in zip(texts, (lo, hi)))
+
     for digits in range(3, 18):
         write = functools.partial(_significant, digits=digits)
-        texts = (write(lo), write(hi))
-        if texts[0] != texts[1] and all(abs(_value(t) - v) <= NEAR * span for t, v in zip(texts, (lo, hi))):
+        if reads_right(write):
             break
-    return [(lo, texts[0]), (hi, texts[1])], write
+    fixed = next((w for d in range(2 * EXP_DIGITS) if reads_right(w := functools.partial(_fixed, decimals=d))), None)
+    if fixed is not None and _long((fixed(lo), fixed(hi))) <= _long((write(lo), write(hi))):
+        write = fixed
+    return [(lo, write(lo)), (hi, write(hi))], write
 
 
 def _weights_writer(lo: float, hi: float, steps: list[float], decimals: int) -> Write | None:
@@ -149,7 +172,8 @@ def _bar_format(lo: float, hi: float, n: int) -> tuple[Labels, Labels, Write]:
         return ends, [], write
     exp = math.floor(math.log10(step) + 1e-9)
     decimals = -exp + (1 if round(step / 10.0 ** exp, 6) == 2.5 else 0)  # 0.25 needs 2
-    values = [k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
+    # (a set: on a bar a few floats wide, k * step for several k rounds to one float)
+    values = sorted({k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)})
     steps = [v for v in values if min(v - lo, hi - v) >= CROWD * span]
     if about_zero:
         ends = [(lo, bar_end(lo)), (hi, bar_end(hi))]
@@ -159,12 +183,24 @@ def _bar_format(lo: float, hi: float, n: int) -> tuple[Labels, Labels, Write]:
             fixed, exponent = _fixed(abs(v), decimals), _exponent(abs(v), decimals)
             text = exponent if exponent_side[v > 0] else _shorter(fixed, exponent)
             return "0" if v == 0 else ("+" if v > 0 else "\u2212") + text
-        return ends, [(v, signed_step(v)) for v in steps], bar_end
+        return ends, _apart(ends, [(v, signed_step(v)) for v in steps]), bar_end
     write = _weights_writer(lo, hi, steps, decimals)
     if write is None:
         ends, write = _ends_only(lo, hi)
         return ends, [], write
-    return [(lo, write(lo)), (hi, write(hi))], [(v, write(v)) for v in steps], write
+    ends = [(lo, write(lo)), (hi, write(hi))]
+    return ends, _apart(ends, [(v, write(v)) for v in steps]), write
+
+
+def _apart(ends: Labels, steps: Labels) -> Labels:
+    """`steps` less each written as an end or as a step before it: on a bar a few floats wide two
+    floats can round to one text, and a label that cannot be told apart is left out."""
+    seen, kept = {t for _, t in ends}, []
+    for v, t in steps:
+        if t not in seen:
+            seen.add(t)
+            kept.append((v, t))
+    return kept
 
 
 def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
@@ -182,8 +218,9 @@ def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]]
     0.4) or as the step below it (0.35 over 0.30): `0.00 0.25 0.50 0.75 1.00` for 0 to 0.9996.
     A bar whose labels fixed point would write in over FIXED_MAX characters writes them all with
     exponents (`0 2.5e+299 5e+299 7.5e+299 1e+300` for 0 to 1e300, `0 ... 1.02e−11`), and one
-    that neither writes right in FIXED_MAX characters writes only its ends, in significant
-    digits. Every minus is "−"."""
+    that neither writes right in FIXED_MAX characters writes only its ends: in fixed point to
+    the fewest decimals that write them right, as bar_text then writes its middle, or where that
+    is longer in significant digits. Every minus is "−"."""
     lo, hi = float(lo), float(hi)
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
         return [], []
@@ -199,3 +236,31 @@ def bar_text(lo: float, hi: float, value: float, n: int = 4) -> str:
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
         return _significant(float(value), 3)
     return _bar_format(lo, hi, n)[2](float(value))
+
+
+def bar_about(middle: float, lim: float, n: int = 4) -> tuple[str, str, str]:
+    """The (top, middle, bottom) labels of a bar from middle − lim to middle + lim, as bar_ticks
+    writes its ends and bar_text its middle, each end read against the exact middle ± lim: where
+    the float nearest that is over half a unit of the label's last digit from it (a bar about 1
+    only a few floats wide), the end is written from the exact value to the same decimals (left
+    out where it has an exponent). A limit of 0, or one too small for the floats about the middle
+    to tell its ends from it: the middle only."""
+    lo, hi = middle - lim, middle + lim
+    ends, text = dict(bar_ticks(lo, hi, n)[0]), bar_text(lo, hi, middle, n)
+    if lim == 0 or not ends:
+        return ("", text, "") if lim == 0 else (ends.get(hi, ""), text, ends.get(lo, ""))
+    exact_mid, exact_lim = Decimal(middle), Decimal(lim)
+    top, bottom = _exactly(ends.get(hi, ""), exact_mid + exact_lim), _exactly(ends.get(lo, ""), exact_mid - exact_lim)
+    return ("" if top == text else top), text, ("" if bottom == text else bottom)
+
+
+def _exactly(text: str, value: Decimal) -> str:
+    """`text` where it reads `value` within half a unit of its last digit, else `value` in fixed point
+    to text's decimals (its "+" kept), or "" where text has an exponent."""
+    if not text:
+        return text
+    mantissa, _, power = text.replace("\u2212", "-").lstrip("+-").partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    if abs(Decimal(text.replace("\u2212", "-").lstrip("+")) - value) <= Decimal(1).scaleb(int(power or 0) - decimals) / 2:
+        return text
+    return "" if power else ("+" if text[0] == "+" and value > 0 else "") + _fixed(value, decimals)

@@ -101,3 +101,19 @@ def test_cli_config_with_a_string_window_is_one_line_not_a_crash(tmp_path, capsy
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert main(["calc", "--config", str(tmp_path)]) == 2
     assert "sliding_window must be a whole number of tokens (or null), got '4096'" in capsys.readouterr().err
+
+
+def test_cli_gives_mla_no_kv_group_size(capsys):
+    """Under MLA every query head reads one shared latent: no 'query heads per KV head', which it
+    had printed as 1 (its n_kv_head filled with n_head)."""
+    assert main(["calc", "--preset", "deepseek-v3", "--seq-len", "4096"]) == 0
+    dims = capsys.readouterr().out.split("Dimensions\n")[1].splitlines()[0]
+    assert "query heads per KV head" not in dims
+    assert dims.endswith("all 128 query heads read one shared latent")
+    assert main(["calc", "--preset", "deepseek-v3", "--seq-len", "4096", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["group_size"] is None
+    assert out["formulas"]["group_size"].startswith("none: all 128 query heads read one shared latent")
+    assert main(["calc", "--preset", "llama-3-8b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["group_size"] == 4 and out["formulas"]["group_size"] == "n_head / n_kv_head = 32 / 8"

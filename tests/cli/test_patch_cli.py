@@ -150,6 +150,26 @@ def test_the_table_writes_a_rounding_zero_without_a_minus(cli, monkeypatch):
     assert "-0.000" not in out
 
 
+def test_the_table_writes_a_negative_effect_with_an_ascii_minus(cli, monkeypatch):
+    """The command line's numbers are read by programs: a negative effect and diff are written
+    with "-" (the window writes "−"), and each row's number parses back."""
+    from dataclasses import replace
+
+    real = PT.patch
+
+    def negative(*args, **kw):
+        r = real(*args, **kw)
+        return replace(r, metric=replace(r.metric, diff_corrupt=-0.25), effect=np.full_like(r.effect, -0.5))
+
+    monkeypatch.setattr(PT, "patch", negative)
+    rc, out, _ = cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+                     "--what", "resid")
+    assert rc == 0
+    rows = out.splitlines()[3:]
+    assert "corrupted -0.250" in out and "\u2212" not in out, out
+    assert rows and all(float(r.split()[-1]) == -0.5 for r in rows), out
+
+
 def test_the_tables_label_tokens_as_the_window_does(cli, tmp_path):
     """A SentencePiece vocabulary marks a word's leading space (▁): a text's first word has it
     from the space the tokenizer adds, which the window's labels (and the Patching panel's) leave

@@ -380,3 +380,27 @@ def test_input_messages_write_their_numbers_grouped_as_the_calculator_shows_them
     with pytest.raises(CalcError, match=r"n_head \(3\) does not divide d_model \(4,096\): d_model / "
                                          r"n_head = 1,365\.33;"):
         calculate(CalcInputs(n_layer=2, d_model=4096, n_head=3, seq_len=8))
+
+
+def test_the_activation_formulas_name_the_width_they_use():
+    """A head's output and the concatenation are as wide as the values: d_head where keys and values
+    share it, v_head_dim under MLA (DeepSeek: q/k heads of 192, values of 128)."""
+    f = calculate(preset_inputs("deepseek-v3", seq_len=4096)).formulas
+    assert f["head_output"] == "[T, v_head_dim] = [4096, 128]"
+    assert f["concat"] == "[T, n_head·v_head_dim] = [4096, 128·128]"
+    assert "d_head" not in f["head_output"] + f["concat"]
+    f = calculate(preset_inputs("llama-2-7b", seq_len=4096)).formulas
+    assert f["head_output"] == "[T, d_head] = [4096, 128]"
+    assert f["concat"] == "[T, n_head·d_head] = [4096, 32·128]"
+
+
+def test_the_reduction_formula_is_the_one_used():
+    """The latent's reduction against MHA is not n_head / n_kv_head (128 / 128 under MLA's filled-in
+    n_kv_head); the formula gives the elements per token per layer it divides."""
+    r = calculate(preset_inputs("deepseek-v3", seq_len=4096))
+    f = r.formulas["reduction_vs_mha"]
+    assert "(512 + 64) = 40,960 / 576 elements" in f and "128·(192 + 128)" in f
+    assert r.compare["gqa"].reduction_vs_mha == pytest.approx(40_960 / 576)
+    assert r.compare["mqa"].reduction_vs_mha == 128  # MQA against MHA: n_head / n_kv_head
+    assert calculate(preset_inputs("llama-3-8b")).formulas["reduction_vs_mha"] == (
+        "MHA cache / this cache = n_head / n_kv_head")

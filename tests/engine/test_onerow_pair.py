@@ -33,8 +33,9 @@ def _blocks(qtype, n_out, n_in, rng):
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_1, Q.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("groups,chunks", [(7, 3), (7, 8), (1, 2), (5, 1)])
 def test_a_matrix_in_chunks_on_two_threads_equals_its_serial_kernel(qtype, groups, chunks):
-    """y = x Wᵀ taken in `chunks` chunks of W's row groups by two threads at once: the bits of the
-    kernel the one-thread call runs (onerow_block._matvec), whichever thread took which chunk."""
+    """y = x Wᵀ taken in `chunks` chunks of W's row groups by two threads at once, one from the
+    first chunk on and one from the last: the bits of the kernel the one-thread call runs
+    (onerow_block._matvec), whichever thread took which chunk."""
     rng = np.random.default_rng(groups * 10 + chunks)
     p = qpack.pack(_blocks(qtype, groups * qpack.LANES, 512, rng), qtype)
     x = rng.standard_normal((1, p.n_in)).astype(np.float32)
@@ -46,14 +47,24 @@ def test_a_matrix_in_chunks_on_two_threads_equals_its_serial_kernel(qtype, group
         none = np.empty((0, 1, 1), np.float32)
         answers = []
 
-        def stage():
-            answers.append(onerow_pair._matrix_stage(sync, 0, chunks, kind, *p.args, x, y, none, 0))
-        partner = threading.Thread(target=stage)
+        def stage(back):  # (the partner's chunks from the last one on, as a pair call's)
+            answers.append(onerow_pair._matrix_stage(sync, 0, chunks, kind, *p.args, x, y, none, 0, back))
+        partner = threading.Thread(target=stage, args=(True,))
         partner.start()
-        stage()
+        stage(False)
         partner.join()
         assert answers == [True, True]
         assert y.tobytes() == want.tobytes()
+
+
+def test_the_caller_from_the_first_chunk_and_the_partner_from_the_last_take_each_once():
+    """However a stage's n takes fall between the two threads (f the caller's, n - f the
+    partner's), their chunks are each of the n once."""
+    for n in range(1, 10):
+        for f in range(n + 1):
+            front = [onerow_pair._ends(j, n, False) for j in range(f)]
+            back = [onerow_pair._ends(j, n, True) for j in range(n - f)]
+            assert sorted(front + back) == list(range(n)), (n, f, front, back)
 
 
 @pytest.fixture
@@ -249,9 +260,9 @@ def _one_call(model, threads):
     kept = []
     real = onerow_pair.Partner.run
 
-    def run(self, compiled, args, sync):
+    def run(self, compiled, args, sync, partner_args=None):
         kept.append((compiled, args, sync))
-        return real(self, compiled, args, sync)
+        return real(self, compiled, args, sync, partner_args)
     threads(2)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(onerow_pair.Partner, "run", run)

@@ -138,3 +138,13 @@ def test_a_find_guide_reads_a_specificity_that_rounds_to_zero_without_a_minus():
     sample = next(s for s in SAMPLES if s.find == ("are", "keys"))
     g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
     assert not g.claimed and "+0.00 against the other queries' mean 0.30" in g.message, g.message
+
+
+def test_a_find_guide_writes_a_negative_specificity_with_the_bars_minus():
+    # 'are' gives 'keys' 0.1, the other queries that see it 0.5 each: specificity -0.40, shown in
+    # the window's guide with the minus every colour bar writes
+    att = np.array([[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0],
+                    [0.6, 0.1, 0.3, 0.0], [0.2, 0.5, 0.2, 0.1]])[None, None]
+    sample = next(s for s in SAMPLES if s.find == ("are", "keys"))
+    g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
+    assert "weight 0.10, \u22120.40 against the other queries' mean 0.50" in g.message, g.message

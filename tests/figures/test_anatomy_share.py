@@ -32,3 +32,18 @@ def test_the_share_hover_names_what_the_shares_add_up_to(qapp):
         text = anatomy.readout(view, lay, rect.center().x(), rect.center().y())
         assert text == (f"{head_title(layer, h)}: {100 * view.share[h]:.1f}% of the layer's summed "
                         "head-output norms (click to focus)")
+
+
+def test_a_block_hover_writes_a_negative_value_with_the_window_minus(qapp):
+    model = load_model(FIXTURES / "llama_gqa")
+    result = model.run(ids=IDS, request=RunRequest(inputs=True))
+    view = anatomy.make_anatomy_view(model, result, 1, 0)
+    lay = anatomy.layout(view, 900)
+    b = next(b for b in lay.blocks if b.data is not None and b.data.size and (b.data < 0).any())
+    i, j = (int(k) for k in np.argwhere(b.data < 0)[0])
+    r = b.rect  # the cell's centre: blocks draw their rows and columns evenly
+    x = r.left() + (j + 0.5) * r.width() / b.data.shape[1]
+    y = r.top() + (i + 0.5) * r.height() / b.data.shape[0]
+    assert b.index_at(x, y) == (i, j)
+    text = anatomy.readout(view, lay, x, y)
+    assert text.endswith(f"{float(b.data[i, j]):.4g}".replace("-", "\u2212")) and "-" not in text.split(": ")[-1]

@@ -144,3 +144,26 @@ def test_an_exported_maps_bar_labels_are_painted_whole(qapp, effects):
         ink = _ink_columns(image, int(bar.right()) + 2, y - 6, y + 7)
         assert ink and ink[-1] < image.width() - 1, (label, ink[-1:], image.width())
         assert abs((ink[-1] - ink[0] + 1) - _text_ink_width(label)) <= 1, label
+
+
+def _half_unit(text: str):
+    from decimal import Decimal
+
+    mantissa, _, power = text.replace("\u2212", "-").lstrip("+-").partition("e")
+    return Decimal(1).scaleb(int(power or 0) - len(mantissa.partition(".")[2])) / 2
+
+
+@pytest.mark.parametrize("lim", [float(v) for v in np.geomspace(1e-4, 1e-16, 97)] + [1.1e-16, 2.2e-16, 3.3e-16])
+def test_a_narrow_noising_bar_writes_every_label_alike_and_right(lim):
+    """A noising map's bar (about 1) however narrow writes its three labels in one format, the rule
+    of the wider ones (`1.0002 1.0000 0.9998`): fixed point, each to the same decimals, the middle
+    `1.000…` (never `1` between ends in significant digits), the three apart, and each reads the
+    exact 1 + lim, 1, 1 − lim within half a unit of its last digit (where the float nearest 1 + lim
+    is more than that away, the end is written from the exact value)."""
+    from decimal import Decimal
+
+    labels = F.bar_labels(lim, 1.0)
+    assert len(set(labels)) == 3 and not any("e" in t for t in labels), labels
+    assert len({len(t.partition(".")[2]) for t in labels}) == 1, labels
+    for text, want in zip(labels, (1 + Decimal(lim), Decimal(1), 1 - Decimal(lim))):
+        assert abs(Decimal(text) - want) <= _half_unit(text), (text, want)

@@ -104,3 +104,23 @@ def test_the_dla_caption_and_the_changed_line_write_a_rounding_zero_without_a_mi
     painted = "".join(texts)  # (SVG may split a line's text into pieces)
     assert f"Δ log p({a.label(a.target)}) = +0.000 nats" in painted, texts
     assert "-0.000" not in painted
+
+
+def test_the_lens_ranks_count_from_1_in_the_figure_and_every_export(qapp, views):
+    """The figure paints the target's rank as '#1' for the layer's top-1; the CSV, the JSON (and so
+    the sidecar) and the NPY give the same numbers, not the engine's 0-based index."""
+    import csv
+    import io
+    import re
+
+    view = views["lens"]
+    want = view.analysis.lens.target_ranks + 1  # the engine counts how many tokens beat the target
+    painted = [int(m.group(1)) for t in painted_texts(fig.svg_bytes(view, 700)[0])
+               if (m := re.search(r"  #(\d+)$", t))]
+    assert painted == want.tolist() and min(painted) >= 1
+    rows = list(csv.DictReader(io.StringIO(fig.csv_text(view))))
+    assert [int(r["target_rank"]) for r in rows] == painted
+    doc = json.loads(fig.number_bytes(view, "json"))
+    assert [r["target_rank"] for r in doc["lens"]] == painted
+    npy = np.load(io.BytesIO(fig.number_bytes(view, "npy")))
+    assert npy[:, 2].tolist() == painted

@@ -25,7 +25,7 @@ def test_the_metric_line_reads_the_effect_in_its_direction(direction, words):
     assert view.metric_line().endswith(words)
     unchanged = view.values[:, 9:]  # after P: the base run's own diff
     assert (unchanged == (0.0 if direction == "denoise" else 1.0)).all()
-    assert patching.readout(view, 0, 10).endswith(f"effect {unchanged[0, 1]:+.4f}")
+    assert patching.readout(view, 0, 10).endswith(f"effect {unchanged[0, 1]:+.4f}".replace("-", "\u2212"))
 
 
 @pytest.mark.parametrize("direction", ["denoise", "noise"])

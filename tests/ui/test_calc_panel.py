@@ -417,3 +417,68 @@ def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
     assert "keeps no KV cache" in text and f"{size:,} bytes" in text, text
     assert f"{T} tokens → " not in text and "of KV cache" not in text
     assert w.live_label.text().startswith("live KV cache: none")
+
+
+def test_the_compare_column_and_the_plot_name_the_batch_they_count(panel):
+    """The table's cache column and the plot's y axis are the whole batch's cache, and say so."""
+    select(panel, "smollm2-135m")
+    panel.spins["batch"].setValue(4)
+    header = panel.compare_table.horizontalHeaderItem(3).text()
+    assert header == "at 8,192 tokens\n× batch 4"
+    given = next(row for row in compare_rows(panel) if row[0] == "as given (GQA)")
+    assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
+    assert panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)
+
+
+def test_the_shapes_table_names_the_value_width_under_mla(panel):
+    select(panel, "deepseek-v3")  # q/k heads of 192, values of 128
+    t = panel.shapes_table
+    formula = {t.item(r, 0).text(): t.item(r, 2).text() for r in range(t.rowCount())}
+    assert shape_cell(panel, "head_output") == "[131072, 128]"  # (seq_len: its longest context)
+    assert formula["head_output"] == "[T, v_head_dim]"
+    assert formula["concat"] == "[T, n_head·v_head_dim]"
+
+
+def test_the_summary_gives_mla_no_kv_group_size(panel):
+    select(panel, "deepseek-v3")
+    text = panel.summary_label.text()
+    assert "all 128 query heads read one shared latent" in text and "per KV head" not in text
+    select(panel, "llama-3-8b")
+    assert "4 query heads per KV head" in panel.summary_label.text()
+
+
+def test_the_greyed_mla_fields_show_what_mla_has(panel):
+    """Under MLA n_kv_head reads 'latent' (no KV heads) and d_head its true width, qk_nope + qk_rope,
+    not 'auto' (d_model / n_head = 56 on DeepSeek-V3, while its q/k heads are 192 wide)."""
+    select(panel, "deepseek-v3")
+    kv, dh = panel.spins["n_kv_head"], panel.spins["d_head"]
+    assert not kv.isEnabled() and not dh.isEnabled()
+    assert kv.text() == "latent (MLA)" and kv.toolTip().startswith("No KV heads under MLA")
+    assert dh.text() == "192"
+    assert "128 + 64 = 192" in dh.toolTip() and "v_head_dim = 128" in dh.toolTip()
+    assert "d_model / n_head" not in dh.toolTip()
+    panel.spins["d_model"].setValue(7000)  # Custom from an MLA model: the ranks still set them
+    assert (kv.text(), dh.text()) == ("latent (MLA)", "192") and panel.result.d_head == 192
+    select(panel, "falcon-7b")  # MQA: one KV head, written as a number again
+    assert kv.isEnabled() and kv.text() == "1" and dh.text() == "auto"
+    assert "'auto' = d_model / n_head" in dh.toolTip()
+
+
+def test_custom_numbers_name_the_inputs_they_keep_from_their_model(panel):
+    """Custom numbers keep the base model's d_ff, vocabulary, positions, window and architecture,
+    which have no field: the whole-model count uses them, and a note under the fields says which."""
+    assert not panel.kept_note.isVisibleTo(panel)  # a preset as listed: nothing kept from another
+    panel.spins["d_model"].setValue(2048)
+    assert panel.preset_combo.currentData() == CUSTOM
+    note = panel.kept_note.text()
+    assert panel.kept_note.isVisibleTo(panel)
+    assert note.startswith("Kept from Llama 2 7B, with no field here: d_ff 11,008; vocab 32,000; "
+                           "max positions 4,096; architecture: a Llama-style decoder's")
+    assert panel.result.model_params["total"] == calculate(
+        preset_inputs("llama-2-7b"), d_model=2048, d_head=None).model_params["total"]
+    select(panel, "gemma-2-9b")
+    panel.spins["n_layer"].setValue(40)
+    note = panel.kept_note.text()
+    assert "sliding window 4,096 on layers even" in note and "norms_per_layer 4, tied_embeddings" in note
+    select(panel, "gpt2")
+    assert not panel.kept_note.isVisibleTo(panel)

@@ -96,7 +96,7 @@ def test_a_position_picked_in_its_box_is_the_metrics_p(qtbot, win):
     assert got == painted
     mt = want.metric
     assert p.sides_label.text().startswith(f"At {P}: ")
-    assert f"clean {mt.diff_clean:+.4f}, corrupted {mt.diff_corrupt:+.4f}" in p.sides_label.text()
+    assert f"clean {mt.diff_clean:+.4f}, corrupted {mt.diff_corrupt:+.4f}".replace("-", "\u2212") in p.sides_label.text()
     assert p.map.view.metric_line().startswith(f"at {P} '{labels[P]}': ")
 
 
@@ -143,7 +143,7 @@ def test_a_map_of_texts_changed_since_is_dimmed_and_says_which_texts(qtbot, win)
     QApplication.sendEvent(p.map, QMouseEvent(QEvent.Type.MouseMove, QPointF(x, y), p.map.mapToGlobal(QPointF(x, y)),
                                               Qt.MouseButton.NoButton, Qt.MouseButton.NoButton,
                                               Qt.KeyboardModifier.NoModifier))
-    assert p.map.hover_text == f"L0 H0: effect {values[0, 0]:+.4f} (for the earlier texts)"
+    assert p.map.hover_text == f"L0 H0: effect {values[0, 0]:+.4f} (for the earlier texts)".replace("-", "\u2212")
     # back to the texts it was computed for: bright again
     p.corrupt_box.setText(CORRUPT)
     assert p.stale.isHidden() and p.sides_label.isEnabled()

@@ -107,7 +107,7 @@ def test_head_out_map_is_painted_with_the_engine_effects_and_a_click_shows_the_h
     lim = float(np.abs(want.effect).max())
     _assert_painted(p, want.effect, lim)
     m = want.metric
-    assert f"clean {m.diff_clean:+.4f}, corrupted {m.diff_corrupt:+.4f}" in p.sides_label.text()
+    assert f"clean {m.diff_clean:+.4f}, corrupted {m.diff_corrupt:+.4f}".replace("-", "\u2212") in p.sides_label.text()
     # hover reads the number
     l, h = PT.ranked(want, 1)[0][0]
     x, y = p.map.cell_center(l, h)
@@ -118,7 +118,7 @@ def test_head_out_map_is_painted_with_the_engine_effects_and_a_click_shows_the_h
     ev = QMouseEvent(QEvent.Type.MouseMove, QPointF(x, y), p.map.mapToGlobal(QPointF(x, y)),
                      Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(p.map, ev)
-    assert p.map.hover_text == f"L{l} H{h}: effect {want.effect[l, h]:+.4f}"
+    assert p.map.hover_text == f"L{l} H{h}: effect {want.effect[l, h]:+.4f}".replace("-", "\u2212")
     # a click: the head focused in the grid, its pattern on both texts painted side by side
     qtbot.mouseClick(p.map, Qt.MouseButton.LeftButton, pos=QPoint(int(x), int(y)))
     assert win.state.focus == (l, h)

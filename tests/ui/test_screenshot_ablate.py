@@ -1,5 +1,6 @@
 """scripts/screenshot.py --ablate N is applied on every path that makes a picture (the Head roles
-panel scored on a probe returned before it was), and refused, saying why, where it cannot be."""
+panel scored on a probe returned before it was), and refused, saying why, where it cannot be; and
+--panel generate opens the scene it shows."""
 
 import os
 import subprocess
@@ -50,3 +51,19 @@ def test_ablate_of_fewer_than_one_head_or_more_than_the_model_has_is_refused(tmp
     done = _screenshot(tmp_path, "--scene", "toy", "--ablate", "1000", "--out", str(out))
     assert done.returncode == 1 and not out.exists()
     assert "--ablate 1000: this model has " in done.stderr and " heads (" in done.stderr
+
+
+def test_the_generate_panel_implies_its_scene_and_refuses_another(tmp_path):
+    """--panel generate alone opens the generate scene (SmolLM2 generating, which the Generate panel
+    shows), not the induction scene with the Focus head tab raised; beside another scene it is
+    refused, saying why."""
+    import runpy
+
+    parse_args = runpy.run_path(str(REPO / "scripts" / "screenshot.py"), run_name="shots")["parse_args"]
+    assert parse_args(["--panel", "generate"]).scene == "generate"
+    assert parse_args(["--panel", "generate", "--scene", "generate"]).scene == "generate"
+    assert parse_args([]).scene == "induction" and parse_args(["--panel", "why"]).scene == "induction"
+    out = tmp_path / "generate.png"
+    done = _screenshot(tmp_path, "--panel", "generate", "--scene", "agreement", "--out", str(out))
+    assert done.returncode == 2 and not out.exists()
+    assert "--panel generate shows the generate scene's run: not with --scene agreement" in done.stderr

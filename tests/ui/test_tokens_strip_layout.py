@@ -8,7 +8,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QCoreApplication, QEvent, QObject  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QPoint  # noqa: E402
 from PySide6.QtGui import QRegion  # noqa: E402
 
 from attnviz.ui.views.tokens import TokenStrip  # noqa: E402
@@ -45,6 +45,22 @@ def test_strip_shows_the_tail_layout_for_every_length(qtbot, lines):
         assert strip._head_rect is not None and strip._first > 0
     else:  # at full height: the first tokens, then "… N more"
         assert strip._head_rect is None and strip.more > 0
+
+
+def test_a_strip_asking_for_more_lines_shows_the_newest_tokens_until_it_gets_them(qtbot):
+    # the pause's resize only asks the layout for a height; until it comes, the strip's own lines
+    # keep the tail (a strip outside any layout never gets it)
+    strip = shown_strip(qtbot, 1)
+    one_line = strip.sizeHint().height()
+    labels = [f"·word{i}" for i in range(40)]
+    strip.set_tokens(labels, [False] * 40, None)
+    qtbot.waitUntil(lambda: strip.sizeHint().height() > one_line, timeout=5000)
+    assert (strip.height() - 3) // strip._line_step() == 1
+    shown = {strip.index_at(QPoint(x, y)) for x in range(0, strip.width(), 3)
+             for y in range(0, strip.height(), 3)}
+    assert 0 not in shown and 39 in shown
+    strip.resize(WIDTH, strip.sizeHint().height())  # the layout's resize: now from the first token
+    qtbot.waitUntil(lambda: strip.index_at(strip.token_rect(0).center()) == 0, timeout=5000)
 
 
 def test_fitting_tokens_are_wrapped_once_and_overflowing_ones_twice(qtbot, monkeypatch):

@@ -125,7 +125,7 @@ def test_dla_hover_gives_each_heads_number_and_a_click_focuses_it(smol, qtbot):
     x, y = view.cell_center(18, 6)
     qtbot.mouseMove(view, QPoint(int(x), int(y)))
     qtbot.waitUntil(lambda: view.hover_text.startswith("L18 H6:"), timeout=WAIT)
-    assert view.hover_text == f"L18 H6: {ref.heads[18, 6]:+.4f} logit"
+    assert view.hover_text == f"L18 H6: {ref.heads[18, 6]:+.4f} logit".replace("-", "\u2212")
     qtbot.mouseClick(view, Qt.MouseButton.LeftButton, pos=QPoint(int(x), int(y)))
     assert w.state.focus == (18, 6) and w.state.layer == 18
     assert panel.isVisible()  # the panel stays up: the grid shows the head
@@ -167,7 +167,8 @@ def test_switching_a_head_off_shows_the_changed_run_everywhere_and_restores(smol
     rows = _table(panel.top_table)
     assert rows[0][0] == clean.label(clean.clean.top_ids[0])
     d = float(a.changed.logprobs[a.target] - a.clean.logprobs[a.target])
-    assert f"= {d:+.3f} nats" in panel.delta_label.text()
+    assert f"= {d:+.3f} nats".replace("-", "\u2212") in panel.delta_label.text()
+    assert "-" not in panel.delta_label.text()  # (the log ps beside it too: every minus "−")
     assert "changed run" in panel.lens_title.text()
     assert panel.ablation_panel.head_list.item(0).text() == "L18 H6  (zero)"
     # one click restores the clean run
@@ -238,7 +239,7 @@ def test_the_scan_shows_progress_ranks_heads_and_can_be_cancelled(qtbot, tmp_pat
     ranked = eff.scan.ranked()
     assert ab.ranked.rowCount() == min(n, 20)
     l, h, e = ranked[0]
-    assert ab.ranked.item(0, 0).text() == f"L{l} H{h}" and ab.ranked.item(0, 1).text() == f"{e:+.4f}"
+    assert ab.ranked.item(0, 0).text() == f"L{l} H{h}" and ab.ranked.item(0, 1).text() == f"{e:+.4f}".replace("-", "\u2212")
     assert ab.scan_view.map is not None and "baseline" in ab.scan_view.map.title
     w.worker.wait_idle()
 

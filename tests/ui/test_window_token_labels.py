@@ -101,8 +101,8 @@ def test_the_patching_tab_names_its_tokens_as_labelled(patching_window, qtbot):
     s = w.patch_jobs.sides
     assert p.sides_label.text() == (
         f"At {q}: clean top-1 '{s.top_clean}', corrupted top-1 '{s.top_corrupt}'. "
-        f"diff = logit('\\') \u2212 logit('\u00b7''): clean {s.metric.diff_clean:+.4f}, "
-        f"corrupted {s.metric.diff_corrupt:+.4f}")
+        + f"diff = logit('\\') \u2212 logit('\u00b7''): clean {s.metric.diff_clean:+.4f}, "
+        f"corrupted {s.metric.diff_corrupt:+.4f}".replace("-", "\u2212"))
     assert p.map.view.metric_line().startswith(f"at {q} '\u00b7'': diff = logit('\\') \u2212 logit('\u00b7'');")
     x, y = p.map.cell_center(0, b)
     hover(p.map, QPoint(int(x), int(y)))

@@ -142,9 +142,10 @@ def _relabelled(cleared: list, scores, role: str) -> str:
 
 
 def _signed(x: float) -> str:
-    """`+0.12`, `-0.12`, and `+0.00` for a value that rounds to zero (never `-0.00`)."""
+    """`+0.12`, `−0.12` (the minus the window's colour bars write), and `+0.00` for a value that
+    rounds to zero (never `−0.00`)."""
     text = f"{x:+.2f}"
-    return "+" + text[1:] if float(text) == 0 else text
+    return "+" + text[1:] if float(text) == 0 else text.replace("-", "\u2212")
 
 
 def _guide_find(sample: Sample, result) -> Guide:

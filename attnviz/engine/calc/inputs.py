@@ -212,7 +212,8 @@ def resolve(inp: CalcInputs) -> Dims:
                   qk_nope_head_dim=nope,
                   v_head_dim=whole("v_head_dim", mla.v_head_dim or nope),
                   q_lora_rank=optional("q_lora_rank", mla.q_lora_rank))
-        # every query head reads the same latent; as "KV heads" MLA counts as one shared group
+        # every query head reads the same latent: no KV heads, so no group size (sizing says so);
+        # n_kv_head = n_head only fills the field, which no MLA figure reads
         n_kv_head = n_head
         d_head, d_v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
     else:

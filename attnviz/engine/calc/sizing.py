@@ -187,7 +187,7 @@ class CalcResult:
     attention_kind: str  # "MHA" | "GQA" | "MQA" | "MLA"
     d_head: int
     d_v: int
-    group_size: int  # query heads per KV head
+    group_size: int | None  # query heads per KV head; None under MLA (every head reads one latent)
     shapes: dict[str, tuple[int, int]]  # weights, [out, in]
     activation_shapes: dict[str, tuple[int, ...]]
     attn_params_per_layer: int
@@ -317,10 +317,11 @@ def _activations(d: Dims) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
         "concat": (T, d.n_head * d.d_v),
         "scores": (d.n_head, T, T),
     }
+    dv = "d_head" if d.mla is None else "v_head_dim"  # a head's output is as wide as its values
     formulas = {
         "x": f"[T, d_model] = [{T}, {d.d_model}]",
-        "head_output": f"[T, d_head] = [{T}, {d.d_v}]",
-        "concat": f"[T, n_head·d_head] = [{T}, {d.n_head}·{d.d_v}]",
+        "head_output": f"[T, {dv}] = [{T}, {d.d_v}]",
+        "concat": f"[T, n_head·{dv}] = [{T}, {d.n_head}·{d.d_v}]",
         "scores": f"[n_head, T, T] = [{d.n_head}, {T}, {T}]",
     }
     return shapes, formulas
@@ -365,6 +366,18 @@ def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:
         formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layer / 8:g} · {T}"
     formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch}"
     return formulas
+
+
+def _reduction_formula(d: Dims) -> str:
+    """How each comparison row's reduction against MHA is made; under MLA the latent's differs."""
+    rule = "MHA cache / this cache = n_head / n_kv_head"
+    if d.mla is None:
+        return rule
+    m = d.mla
+    mha, latent = _kv_elements_per_token_layer(d, d.n_head), _kv_elements_per_token_layer(d, None)
+    return (f"{rule} (MHA, MQA); as given (MLA): n_head·(d_head + v_head_dim) / (kv_lora_rank + "
+            f"qk_rope) = {d.n_head}·({d.d_head} + {d.d_v}) / ({m.kv_lora_rank} + {m.qk_rope_head_dim}) "
+            f"= {mha:,} / {latent:,} elements per token per layer")
 
 
 def _compare(d: Dims, tokens_cached: int) -> dict[str, Variant]:
@@ -415,6 +428,9 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
 
     shapes, formulas = _shapes(d)
     formulas["d_head"] = _d_head_formula(d)
+    formulas["group_size"] = (
+        f"n_head / n_kv_head = {d.n_head} / {d.n_kv_head}" if d.mla is None else
+        f"none: all {d.n_head} query heads read one shared latent (no KV heads to group)")
     activation_shapes, activation_formulas = _activations(d)
     formulas.update(activation_formulas)
 
@@ -430,14 +446,14 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     _check_kv_total(d, kv_total_bits)
     formulas.update(_kv_formulas(d, bits_tl))
     compare = _compare(d, tokens_cached)
-    formulas["reduction_vs_mha"] = "MHA cache / this cache = n_head / n_kv_head"
+    formulas["reduction_vs_mha"] = _reduction_formula(d)
 
     resolved = replace(inputs, n_kv_head=d.n_kv_head if d.mla is None else inputs.n_kv_head,
                        d_head=d.d_head if d.mla is None else inputs.d_head, seq_len=d.seq_len,
                        mla=d.mla)
     return CalcResult(
         inputs=resolved, attention_kind=_kind(d), d_head=d.d_head, d_v=d.d_v,
-        group_size=group_size(d.n_head, d.n_kv_head), shapes=shapes, activation_shapes=activation_shapes,
+        group_size=None if d.mla else group_size(d.n_head, d.n_kv_head), shapes=shapes, activation_shapes=activation_shapes,
         attn_params_per_layer=attn_per_layer, attn_params_total=attn_per_layer * d.n_layer,
         model_params=model_params, flops=_flops(d, shapes),
         kv_bits_per_element=d.kv_bits,

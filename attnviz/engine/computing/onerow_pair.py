@@ -1,6 +1,8 @@
 """onerow_stack's layer loop on two threads: the caller's and one partner thread of the process,
 both in the same compiled call (_pair_layers, nogil) over the same arrays, each layer's work in
-five stages, each stage's work in chunks that either thread takes (an atomic counter a stage):
+five stages, each stage's work in chunks that either thread takes (an atomic counter a stage; of
+a matrix's chunks, the caller takes the first, then the next, the partner the last, then the one
+before: _ends):
 
     S0  xn = RMSNorm(x) (each thread its own, on its first chunk), qkv = xn W_qkvᵀ: chunks of
         W_qkv's row groups (LANES rows each), written into the one qkv
@@ -147,32 +149,45 @@ else:
 
 
 @njit(**JIT)
-def _chunks(sync, s, c, n, kind, q, scale, offset, x, y, out, attn, update):
-    """Chunk c of stage s (taken by this thread) and each one it takes after: W's row groups
-    G c / n .. G (c + 1) / n of y = x Wᵀ (y [1, G LANES]), x prepared once as W's serial kernel
+def _ends(j, n, back):
+    """The chunk of a thread's j-th take of a stage's n: j, or n - 1 - j where `back`. The two
+    threads' takes are at most n together (the stage's counter), so the caller's chunks from the
+    first on and the partner's from the last on never meet, and each thread's chunks of a matrix
+    lie side by side (one run of its rows each) instead of every other chunk."""
+    return n - 1 - j if back else j
+
+
+@njit(**JIT)
+def _chunks(sync, s, c, n, kind, q, scale, offset, x, y, out, attn, update, back):
+    """The chunk this thread has taken of stage s (c < n: its take's count) and each one it takes
+    after: the j-th it takes is chunk k = j, or n - 1 - j where `back` (_ends), W's row groups
+    G k / n .. G (k + 1) / n of y = x Wᵀ (y [1, G LANES]), x prepared once as W's serial kernel
     prepares it (onerow_block._matvec's), every group by that kernel's group body; where
     `update`, out = (out + attn) + y on the chunk's rows (out, attn [1, G LANES])."""
     G = q.shape[0]
+    j = 0
     if kind <= 1:
         xt, xs = _NIB_X(x, q.shape[1])
         while c < n:
-            for g in range(G * c // n, G * (c + 1) // n):
+            k = _ends(j, n, back)
+            for g in range(G * k // n, G * (k + 1) // n):
                 if kind == 0:
                     _G_NIB(q, scale, offset, xt, xs, y, g)
                 else:
                     _G_NIB8(q, scale, offset, xt, xs, y, g)
-            _finish(sync, s, y, out, attn, update, G * c // n, G * (c + 1) // n)
-            c = _chunk(sync, s)
+            _finish(sync, s, y, out, attn, update, G * k // n, G * (k + 1) // n)
+            c, j = _chunk(sync, s), j + 1
     else:
         xb, xbs = _BYTES_X(x, q.shape[1], 32 if kind == 2 else 16)
         while c < n:
-            for g in range(G * c // n, G * (c + 1) // n):
+            k = _ends(j, n, back)
+            for g in range(G * k // n, G * (k + 1) // n):
                 if kind == 2:
                     _G_B32(q, scale, offset, xb, xbs, y, g)
                 else:
                     _G_B16(q, scale, offset, xb, xbs, y, g)
-            _finish(sync, s, y, out, attn, update, G * c // n, G * (c + 1) // n)
-            c = _chunk(sync, s)
+            _finish(sync, s, y, out, attn, update, G * k // n, G * (k + 1) // n)
+            c, j = _chunk(sync, s), j + 1
 
 
 @njit(**JIT)
@@ -188,27 +203,27 @@ def _finish(sync, s, y, out, attn, update, g0, g1):
 
 
 @njit(**JIT)
-def _matrix_stage(sync, s, n, kind, q, scale, offset, x, y, keep, i):
-    """Stage s: chunks of y = x Wᵀ (n of them) -> _wait's answer; the chunk 0's thread keeps x as
-    keep[i] (where asked: keep has rows)."""
+def _matrix_stage(sync, s, n, kind, q, scale, offset, x, y, keep, i, back):
+    """Stage s: chunks of y = x Wᵀ (n of them; `back`: _chunks') -> _wait's answer; the thread of
+    the stage's first take keeps x as keep[i] (where asked: keep has rows)."""
     c = _chunk(sync, s)
     if c < n:
         if c == 0 and keep.shape[0]:
             keep[i] = x.reshape(keep.shape[1:])
-        _chunks(sync, s, c, n, kind, q, scale, offset, x, y, y, y, False)
+        _chunks(sync, s, c, n, kind, q, scale, offset, x, y, y, y, False, back)
     return _wait(sync, s, n)
 
 
 @njit(**JIT)
-def _qkv_stage(sync, s, n, x, gain, eps, kind, q, scale, offset, xn, qkv, resid, i):
-    """S0: xn = RMSNorm(x) on this thread's first chunk, then qkv's chunks; the chunk 0's thread
-    keeps x as resid[i] (where asked)."""
+def _qkv_stage(sync, s, n, x, gain, eps, kind, q, scale, offset, xn, qkv, resid, i, back):
+    """S0: xn = RMSNorm(x) on this thread's first chunk, then qkv's chunks; the thread of the
+    stage's first take keeps x as resid[i] (where asked)."""
     c = _chunk(sync, s)
     if c < n:
         rms_norm_of(x, gain, eps, xn)
         if c == 0 and resid.shape[0]:
             resid[i] = x
-        _chunks(sync, s, c, n, kind, q, scale, offset, xn, qkv, qkv, qkv, False)
+        _chunks(sync, s, c, n, kind, q, scale, offset, xn, qkv, qkv, qkv, False, back)
     return _wait(sync, s, n)
 
 
@@ -241,7 +256,7 @@ def _attend_stage(sync, s, qkv, kw, vw, p, cos, sin, n_head, n_kv_head, bias, sc
 
 
 @njit(**JIT)
-def _in_stage(sync, s, n, x, attn, gain, eps, kind, q, scale, offset, mid, xn, hidden):
+def _in_stage(sync, s, n, x, attn, gain, eps, kind, q, scale, offset, mid, xn, hidden, back):
     """S3: mid = x + attn, xn = RMSNorm(mid) on this thread's first chunk, then hidden's chunks."""
     c = _chunk(sync, s)
     if c < n:
@@ -249,27 +264,29 @@ def _in_stage(sync, s, n, x, attn, gain, eps, kind, q, scale, offset, mid, xn, h
         for j in range(x.shape[1]):
             mid_row[j] = x_row[j] + attn_row[j]
         rms_norm_of(mid, gain, eps, xn)
-        _chunks(sync, s, c, n, kind, q, scale, offset, xn, hidden, hidden, hidden, False)
+        _chunks(sync, s, c, n, kind, q, scale, offset, xn, hidden, hidden, hidden, False, back)
     return _wait(sync, s, n)
 
 
 @njit(**JIT)
-def _out_stage(sync, s, n, hidden, d_ff, kind, q, scale, offset, h, y, bits, m, x, attn):
+def _out_stage(sync, s, n, hidden, d_ff, kind, q, scale, offset, h, y, bits, m, x, attn, back):
     """S4: h = SwiGLU(hidden) on this thread's first chunk, then m's chunks, each with x = (x +
     attn) + m on its rows (no other thread reads them in this stage)."""
     c = _chunk(sync, s)
     if c < n:
         swiglu_of(hidden[0], d_ff, h, y, bits)
-        _chunks(sync, s, c, n, kind, q, scale, offset, h[:d_ff].reshape(1, d_ff), m, x, attn, True)
+        _chunks(sync, s, c, n, kind, q, scale, offset, h[:d_ff].reshape(1, d_ff), m, x, attn, True, back)
     return _wait(sync, s, n)
 
 
 def _pair_layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head,
-                 n_kv_head, bias, scale, n_group, kv, p, rows, r, resid, z, shared, sync, n):
+                 n_kv_head, bias, scale, n_group, kv, p, rows, r, resid, z, shared, sync, n, back):
     """onerow_stack._layers_of's layers a..b-1 (its arguments, the same meaning) with another
     thread in the same call (module docstring): shared [the sizes of qkv, z, attn, hidden, m]
     float32, the arrays both write; sync int64 [LINE (1 + 2 STAGES (b - a))] zeros, the call's
-    counters; n chunks a matrix -> False where a thread failed (x then not the run's)."""
+    counters; n chunks a matrix; `back`: this thread takes each matrix's chunks from its last one
+    on (the partner's; the caller's from the first: _chunks) -> False where a thread failed (x then
+    not the run's)."""
     d_model, d_head = x.shape[1], cos.shape[1]
     d_ff = 0
     for i in range(a, b):
@@ -287,7 +304,7 @@ def _pair_layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, co
         hidden = shared[o[3]:o[3] + 2 * w_ff].reshape(1, 2 * w_ff)
         m = shared[o[3] + 2 * d_ff:o[3] + 2 * d_ff + d_model].reshape(1, d_model)
         if not _qkv_stage(sync, s, n, x, gains1[i], eps, kinds[i, 0], qs[j], ss[j], os_[j], xn, qkv,
-                          resid, i):
+                          resid, i, back):
             return False
         if not _attend_stage(sync, s + 1, qkv, kv[0, i], kv[1, i], p, cos, sin, n_head, n_kv_head,
                              bias, scale, n_group, rows[i, :, r:r + 1, :p + 1], zs):
@@ -295,13 +312,13 @@ def _pair_layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, co
         if i == b - 1 and not full_last:
             break
         if not _matrix_stage(sync, s + 2, n, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1],
-                             zs.reshape(1, n_head * d_head), attn, z, i):
+                             zs.reshape(1, n_head * d_head), attn, z, i, back):
             return False
         if not _in_stage(sync, s + 3, n, x, attn, gains2[i], eps, kinds[i, 2], qs[j + 2], ss[j + 2],
-                         os_[j + 2], mid, xn, hidden):
+                         os_[j + 2], mid, xn, hidden, back):
             return False
         if not _out_stage(sync, s + 4, n, hidden, w_ff, kinds[i, 3], qs[j + 3], ss[j + 3], os_[j + 3],
-                          h, y, bits, m, x, attn):
+                          h, y, bits, m, x, attn, back):
             return False
     return True
 
@@ -360,10 +377,10 @@ class Partner:
         """compiled(*args) queued for the partner thread (args' sync is `sync`)."""
         self._queue().put((compiled, args, sync))
 
-    def run(self, compiled, args, sync) -> None:
-        """compiled(*args) on the partner thread (start) and on this one: raises where either
-        thread failed (compiled returned False, or raised here)."""
-        self.start(compiled, args, sync)
+    def run(self, compiled, args, sync, partner_args=None) -> None:
+        """compiled(*args) on the partner thread (start; compiled(*partner_args) where given) and on
+        this one: raises where either thread failed (compiled returned False, or raised here)."""
+        self.start(compiled, args if partner_args is None else partner_args, sync)
         try:
             ok = compiled(*args)
         except BaseException:

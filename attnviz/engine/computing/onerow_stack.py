@@ -108,7 +108,8 @@ def _pair(x, a, b, full_last, compiled, stack, *args):
     n_head, n_kv_head, d_head = args[9], args[10], args[7].shape[1]
     shared = np.empty(onerow_pair.shared_size(n_head, n_kv_head, d_head, x.shape[1], stack.d_ff), np.float32)
     sync = onerow_pair.sync_for(b - a)
-    onerow_pair.PARTNER.run(compiled, (x, a, b, full_last, *args, shared, sync, onerow_pair.CHUNKS), sync)
+    common = (x, a, b, full_last, *args, shared, sync, onerow_pair.CHUNKS)
+    onerow_pair.PARTNER.run(compiled, (*common, False), sync, (*common, True))  # (the partner from the back)
 
 
 def _call(stack, threads, x, a, b, full_last, compiled, one, args, p: int):
@@ -164,7 +165,8 @@ def compile_stack(scale) -> None:
             _COMPILED[scale] = compiled
         if pair and scale not in _PAIRS:
             compiled = njit(**JIT)(onerow_pair._pair_layers)
-            compiled.compile(types.boolean(*args, types.Array(F32, 1, "C"), types.Array(I64, 1, "C"), I64))
+            compiled.compile(types.boolean(*args, types.Array(F32, 1, "C"), types.Array(I64, 1, "C"), I64,
+                                           types.boolean))
             compiled.disable_compile()
             _PAIRS[scale] = compiled
 

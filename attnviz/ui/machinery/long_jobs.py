@@ -108,9 +108,8 @@ class LongJobs(QObject):
         keystroke at the end of a long text runs its last tokens only)."""
         from attnviz.engine.computing.longdoc import run_long
 
-        def progress(i, n):
-            job = self.worker.running("compute")
-            if job is None or job.id != req.id:
+        def progress(i, n):  # (is_newest, not running(): the pool may start it before submit lists it)
+            if not self.worker.is_newest("compute", req.id):
                 raise Cancelled("a newer text is being computed")
             self.worker.post(self._on_layer, req.id, i, n)
         last = self._last_long  # (read and written on the pool's one thread)

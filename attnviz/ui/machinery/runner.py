@@ -102,18 +102,18 @@ class Runner(QObject):
             log.debug("%r not started: the runner is shut down", job)
             return job
         is_stale = lambda: not self.is_current(job)  # noqa: E731
-        if lane == THREAD:
-            self._live[job.id] = job
-            job.thread = threading.Thread(target=run_job, args=(job, self._relay, is_stale),
-                                          name=f"attnviz-{kind}-{job.id}", daemon=True)
-            job.thread.start()
-        else:  # (waiting on the pool before it is running(): a job that gives way sees it so)
-            self._live[job.id] = job  # (before it can start: its outcome may come before enqueue returns)
-            try:
+        self._live[job.id] = job  # (before it can start: its thread may ask running() at once)
+        try:
+            if lane == THREAD:
+                job.thread = threading.Thread(target=run_job, args=(job, self._relay, is_stale),
+                                              name=f"attnviz-{kind}-{job.id}", daemon=True)
+                job.thread.start()
+            else:  # (waiting on the pool before it is running(): a job that gives way sees it so)
                 _pool.enqueue(self.pool, job, self._relay, is_stale)
-            except BaseException:
-                self._live.pop(job.id, None)
-                raise
+        except BaseException:  # (no thread, or the pool deleted): it never runs, none waits for it
+            self._live.pop(job.id, None)
+            self._update_busy()  # (claim made the running job of its kind stale: none is waited for)
+            raise
         self._update_busy()
         return job
 

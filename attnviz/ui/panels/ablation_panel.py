@@ -24,7 +24,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import plain_signed
 
 RANKED_ROWS = 20
 
@@ -287,7 +287,8 @@ class AblationPanel(QWidget):
         ranked = scan.ranked()[:RANKED_ROWS]
         self.ranked.setRowCount(len(ranked))
         for r, (l, h, e) in enumerate(ranked):
-            cells = [head_title(l, h), signed(e), st.badge(l, h)]
+            # (Ctrl+C copies a cell's text: the ASCII minus reads back as a number)
+            cells = [head_title(l, h), plain_signed(e), st.badge(l, h)]
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == 0:

@@ -17,7 +17,7 @@ from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
     CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, heading, kv_text,
-    live_text, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
+    kept_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
 
@@ -236,6 +236,8 @@ class CalcPanel(QWidget):
         lay.addLayout(self._build_fields())
         self.general_error = error_label()
         lay.addWidget(self.general_error)
+        self.kept_note = note_label()  # Custom: the inputs kept from the model it started from
+        lay.addWidget(self.kept_note)
         self.results = QWidget()
         self._build_results(QVBoxLayout(self.results))
         lay.addWidget(self.results)
@@ -417,6 +419,8 @@ class CalcPanel(QWidget):
         values = {"d_model": inp.d_model, "n_head": inp.n_head, "n_kv_head": n_kv,
                   "d_head": 0 if auto else inp.d_head, "n_layer": inp.n_layer,
                   "seq_len": inp.seq_len or inp.max_positions or 4096, "batch": inp.batch}
+        if inp.mla is not None:  # (no KV heads; d_head from the ranks, not d_model / n_head)
+            values.update({key: value for key, (value, _) in mla_fields(inp).items()})
         values = {key: min(max(int(values[key]), spin.minimum()), spin.maximum())
                   for key, spin in self.spins.items()}
         index = max(0, self.dtype_combo.findData(inp.kv_dtype))
@@ -429,10 +433,12 @@ class CalcPanel(QWidget):
             spin.blockSignals(True)
             spin.setValue(values[key])
             spin.blockSignals(False)
-        mla = inp.mla is not None
+        mla = mla_fields(inp) if inp.mla is not None else {}
         for key in ("n_kv_head", "d_head"):
             self.spins[key].setEnabled(not mla)
-        self.spins["n_kv_head"].setSpecialValueText("")
+            self.spins[key].setToolTip(mla[key][1] if mla else FIELDS[key][1])
+        self.spins["n_kv_head"].setSpecialValueText("latent (MLA)" if mla else "")
+        self.spins["d_head"].setSpecialValueText("MLA" if mla else "auto")
         self.dtype_combo.blockSignals(True)
         self.dtype_combo.setCurrentIndex(self.dtype_combo.findData(values["kv_dtype"]))
         self.dtype_combo.blockSignals(False)
@@ -475,6 +481,9 @@ class CalcPanel(QWidget):
 
         notes = list(r.warnings)
         key = self.preset_combo.currentData()
+        base = self.presets[self._base_key].name if self._base_key in self.presets else self._loaded_name
+        self.kept_note.setText(kept_text(base, r.inputs) if key == CUSTOM else "")
+        self.kept_note.setVisible(key == CUSTOM)
         if key in self.presets:
             p = self.presets[key]
             if p.notes:

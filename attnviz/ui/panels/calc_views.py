@@ -8,6 +8,7 @@ decides when to show a result."""
 from __future__ import annotations
 
 import html
+from dataclasses import fields
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
@@ -17,6 +18,8 @@ from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
     kv_cache_needed, shown_variants,
 )
+from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
+from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
@@ -99,12 +102,14 @@ class CompareTable(ResultTable):
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
     def __init__(self) -> None:
-        super().__init__(["", "KV heads", "per token", "at seq_len", "vs MHA"], stretch=0)
+        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "vs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
                         "configured, and with a single shared K/V head (MQA).")
 
     def show_result(self, r: CalcResult) -> None:
         kind = r.attention_kind
+        # the cache column is the whole batch's, as the KV cache line says
+        self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,} tokens\n× batch {r.inputs.batch}")
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
         # the narrow table names a row briefly; its tooltip is the full label the command line prints
@@ -170,7 +175,7 @@ class KVPlot(pg.PlotWidget):
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
             label.setText(r.compare[key].label, color=TEXT)
-        self.setLabel("left", f"KV cache ({name})")
+        self.setLabel("left", f"KV cache of batch {r.inputs.batch} ({name})")
         self.setXRange(0, x_max, padding=0.02)
         self.setYRange(0, top / scale, padding=0.05)
         if r.inputs.max_positions:
@@ -206,8 +211,25 @@ def _unit_for(top: float) -> tuple[int, str]:
 def summary_text(r: CalcResult) -> str:
     """The attention kind, d_head and the query heads per KV head (rich text)."""
     kind = r.attention_kind
-    groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else "")
+    groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else
+              f" · all {r.inputs.n_head} query heads read one shared latent" if kind == "MLA" else "")
     return f"<b>{kind}</b> · d_head = {html.escape(r.formulas['d_head'])}{groups}"
+
+
+def mla_fields(inp: CalcInputs) -> dict[str, tuple[int, str]]:
+    """What the n_kv_head and d_head fields show under MLA, which sets both, as (value, tooltip): no
+    KV heads (the field's minimum, shown as 'latent'), and d_head = qk_nope + qk_rope (0 if unknown)."""
+    kv_tip = ("No KV heads under MLA (multi-head latent attention): every query head reads one shared latent of "
+              "kv_lora_rank + qk_rope elements per token per layer.")
+    try:
+        d = resolve(inp)
+    except CalcError:
+        return {"n_kv_head": (1, kv_tip), "d_head": (0, "Under MLA, set by the model's ranks.")}
+    m = d.mla
+    return {"n_kv_head": (1, kv_tip),
+            "d_head": (d.d_head, f"Under MLA, set by the model: query and key heads are qk_nope + "
+                                 f"qk_rope = {m.qk_nope_head_dim} + {m.qk_rope_head_dim} = {d.d_head} "
+                                 f"wide, values v_head_dim = {d.d_v}.")}
 
 
 def params_text(r: CalcResult) -> str:
@@ -357,6 +379,31 @@ def note_label() -> QLabel:
     label.setTextFormat(Qt.TextFormat.PlainText)
     label.hide()
     return label
+
+
+def kept_text(base: str, inp: CalcInputs) -> str:
+    """The inputs Custom numbers keep from the model they started from, which have no field here."""
+    kept = [f"{name} {value:,}" for name, value in (("d_ff", inp.d_ff), ("vocab", inp.vocab_size),
+                                                     ("max positions", inp.max_positions)) if value]
+    if inp.sliding_window:
+        layers = inp.sliding_window_layers
+        on = f"{len(layers)} listed layers" if isinstance(layers, (list, tuple)) else f"layers {layers or 'all'}"
+        kept.append(f"sliding window {inp.sliding_window:,} on {on}")
+    if inp.mla is not None:
+        m = inp.mla
+        kept.append("MLA " + ", ".join(f"{f.name} {getattr(m, f.name):,}" for f in fields(m)
+                                       if getattr(m, f.name) is not None))
+    arch = [_arch_field(f.name, value) for f in fields(Arch)
+            if (value := getattr(inp.arch, f.name)) != getattr(Arch(), f.name)]
+    kept.append("architecture: " + (f"a Llama-style decoder's except {', '.join(arch)}" if arch else
+                                    "a Llama-style decoder's (gated MLP, RMSNorm, untied output head)"))
+    return f"Kept from {base}, with no field here: {'; '.join(kept)}."
+
+
+def _arch_field(name: str, value) -> str:
+    if isinstance(value, bool):
+        return name if value else f"no {name}"
+    return f"{name} {value:,}" if isinstance(value, int) else f"{name} {value}"
 
 
 def dropped_text(made_on: str, shown: str) -> str:

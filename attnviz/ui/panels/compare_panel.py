@@ -178,6 +178,7 @@ class ComparePanel(QWidget):
         self._tiles_of = _dead  # the comparison the tiles last painted
         self.strip_cells: list[QRectF] = []
         self._strip_fitted = (_dead, 0, 0.0)  # (result, width, height) the strip's rows last needed
+        self._limits = (_dead, {})  # (comparison, {layer or (layer, head): its A − B colour limit})
         self.map_layout = None
         self._later = QTimer(self)
         self._later.setSingleShot(True)
@@ -292,7 +293,7 @@ class ComparePanel(QWidget):
             return
         layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
         rgbs, lim = self.layer_pictures(layer)
-        bar_w = 0 if lim is None else bar_room(BAR_W, lim, 4)
+        bar_w = self._tiles_bar_w(c, layer)
         rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), len(rgbs),
                              min_side=self._title_side(c))
         focus = self.state.focus
@@ -310,18 +311,41 @@ class ComparePanel(QWidget):
         then keeps the tiles where they are)."""
         return _title_side_of_shape(*c.b_attentions.shape[:2])
 
+    def _limit(self, c, key, difference) -> float:
+        """The A − B colour limit of `key` (a layer, or a (layer, head)) of comparison `c`, worked out
+        from `difference()` once: the layout asks for it at every width it tries."""
+        of, limits = self._limits
+        if of() is not c:
+            limits = {}
+            self._limits = (weakref.ref(c), limits)
+        if key not in limits:
+            limits[key] = F.signed_limit(difference())
+        return limits[key]
+
+    def _tiles_bar_w(self, c, layer: int) -> float:
+        """The room right of the layer's tiles for its A − B colour bar and its labels as measured
+        (bar_room): none in A or B, which paint no bar."""
+        if self.jobs.mode != "A-B":
+            return 0.0
+        return bar_room(BAR_W, self._limit(c, layer, lambda: self.jobs.difference(layer)), 4)
+
+    def _focus_limit(self, c, l: int, hd: int) -> float:
+        return self._limit(c, (l, hd), lambda: c.a_attentions[l, hd] - c.b_attentions[l, hd])
+
     def _tiles_fit(self, width: int) -> float:
         c = self.jobs.comparison
         if c is None or c.doc is None:
             return 0.0
         n_head = c.b_attentions.shape[1]
-        return F.tiles_height(width - 12 - BAR_W, n_head, self._title_side(c)) + 12
+        bar_w = self._tiles_bar_w(c, min(self.state.layer, c.b_attentions.shape[0] - 1))
+        return F.tiles_height(width - 12 - bar_w, n_head, self._title_side(c)) + 12
 
     def _focus_fit(self, width: int) -> float:
-        c = self.jobs.comparison
+        c, focus = self.jobs.comparison, self.state.focus
         if c is None or c.doc is None:
             return 0.0
-        return F.tiles_height(width - 12 - FOCUS_BAR_W, 3, self._title_side(c)) + 12
+        bar_w = bar_room(FOCUS_BAR_W, self._focus_limit(c, *focus), 0) if focus is not None else FOCUS_BAR_W
+        return F.tiles_height(width - 12 - bar_w, 3, self._title_side(c)) + 12
 
     def _strip_fit(self, width: int) -> float:
         c = self.jobs.comparison
@@ -394,7 +418,7 @@ class ComparePanel(QWidget):
             return
         l, hd = focus
         a, b = c.a_attentions[l, hd], c.b_attentions[l, hd]
-        lim = F.signed_limit(a - b)
+        lim = self._focus_limit(c, l, hd)
         rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
                 F.signed_rgb(a - b, lim)]
         bar_w = bar_room(FOCUS_BAR_W, lim, 0)

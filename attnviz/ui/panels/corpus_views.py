@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtGui import QFontMetricsF
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetricsF
 
 from attnviz.engine.analysing.corpus_stats import PROFILE_RULE
 from attnviz.engine.computing.patterns import head_title
@@ -184,19 +184,30 @@ class ScanScatter(pg.GraphicsLayoutWidget):
 
 def fit_title(plot, candidates: list[str], cut: bool = False, **style) -> str:
     """Set `plot`'s title to the first of `candidates` (longest first) no wider than its view box,
-    else to the last, ending in an ellipsis as wide where `cut` (plain text); the title never sets
-    the plot's least width: one wider than a narrow dock widened the plot past the dock's edge
-    (the map's colour bar numbers cut, "0.7" of 0.75; the scatter's points past its edge).
+    else to the last, cut to an ellipsis as wide (elidedText in the title's font) where `cut` (plain
+    text); the title never sets the plot's least width: one wider than a narrow dock widened the
+    plot past the dock's edge (the map's colour bar numbers cut, "0.7" of 0.75; the scatter's
+    points past its edge).
     -> the title set."""
     label, room = plot.titleLabel, plot.getViewBox().width()
     for shown in candidates:
         plot.setTitle(shown, **style)
         if label.itemRect().width() <= room:
             break
-    text = shown
-    while cut and label.itemRect().width() > room and len(text) > 1:
-        text = text[:-1]
-        shown = text.rstrip() + "\u2026"
+    if cut and label.itemRect().width() > room:
+        margin = 2 * label.item.document().documentMargin()  # (the label's text box, either side)
+        shown = QFontMetricsF(_title_font(label)).elidedText(shown, Qt.TextElideMode.ElideRight, room - margin)
         plot.setTitle(shown, **style)
     label.setMinimumWidth(0)  # (the plot's width sets the title's, not the other way round)
     return shown
+
+
+def _title_font(label) -> QFont:
+    """The font a plot's title (a pyqtgraph LabelItem) is painted in: its text item's, at the size
+    the label's style gives (`11pt`)."""
+    font, size = QFont(label.item.font()), str(label.opts.get("size", ""))
+    if size.endswith("pt"):
+        font.setPointSizeF(float(size[:-2]))
+    elif size.endswith("px"):
+        font.setPixelSize(round(float(size[:-2])))
+    return font

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import quoted
-from attnviz.figures.numbers import signed
+from attnviz.figures.effects import lens_ranks
+from attnviz.figures.numbers import minus_signs, signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
@@ -202,13 +203,13 @@ class PredictPanel(QWidget):
         d = a.delta_target()
         self.delta_label.setText(
             "" if d is None else
-            f"Δ log p(‘{_cut(target)}’) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
-            f"changed {a.changed.logprobs[a.target]:.3f})")
+            f"Δ log p(‘{_cut(target)}’) = {signed(d, 3)} nats (clean {minus_signs(f'{a.clean.logprobs[a.target]:.3f}')} → "
+            f"changed {minus_signs(f'{a.changed.logprobs[a.target]:.3f}')})")
         lens = a.lens
         self.lens_title.setText(f"{LENS_LABEL}, p and rank of ‘{_cut(target)}’"
                                 + (" — changed run" if changed else ""))
         _fill(self.lens_table, [[str(l), a.label(lens.top_ids[l]), _p(lens.top_logprobs[l]),
-                                 _p(lens.target_logprobs[l]), str(int(lens.target_ranks[l]) + 1)]
+                                 _p(lens.target_logprobs[l]), str(int(lens_ranks(lens)[l]))]
                                 for l in range(len(lens.top_ids))], numbers=(0, 2, 3, 4))
         self.dla_view.set_map(dla_map(st, a))
 

@@ -21,7 +21,7 @@ from attnviz.engine.analysing import heads as H, probes as P
 from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import WARNING
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import minus_signs, signed
 from attnviz.ui.panels.find_panel import FindPanel
 from attnviz.ui.panels.roles_views import RolesOverview, ScoresTable
 from attnviz.figures.roles import ROLE_SOURCES as SOURCES
@@ -182,7 +182,7 @@ class RolesPanel(QWidget):
             lines.append(f"{len(hits)} head(s) pass: {html.escape(shown)}{more}.")
         else:
             l, h, sc, acc = ts.best()
-            lines.append(html.escape(f"No head passes. The best is {head_title(l, h)}: score {sc:.2f}, "
+            lines.append(html.escape(f"No head passes. The best is {head_title(l, h)}: score {minus_signs(f'{sc:.2f}')}, "
                                      f"accuracy {acc:.2f} (farther {signed(ts.far[l, h], 2)}, nearer "
                                      f"{signed(ts.near[l, h], 2)})."))
         lines.append(f"<i>{html.escape(P.LABEL_RULE)}</i>")

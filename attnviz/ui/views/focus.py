@@ -57,11 +57,18 @@ class KeyAxis(pg.AxisItem):
 MIN_LABEL_PT = 7.0  # the smallest label font tried before labelling every n-th token
 
 
+def ordinal(n: int) -> str:
+    """English ordinal: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 22nd, 101st, 111th."""
+    if n % 100 in (11, 12, 13):
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def labelled_text(row_step: int, col_step: int) -> str:
     """What the axes label: '' when every token, else which ones (hover names every cell)."""
     if max(row_step, col_step) == 1:
         return ""
-    nth = lambda n: "every" if n == 1 else f"every {n}{'nd' if n == 2 else 'rd' if n == 3 else 'th'}"  # noqa: E731
+    nth = lambda n: "every" if n == 1 else f"every {ordinal(n)}"  # noqa: E731
     return (f"Labelled: {nth(row_step)} query, {nth(col_step)} key (no room for each at this size); "
             "hover a cell for its tokens")
 

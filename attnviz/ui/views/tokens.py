@@ -128,9 +128,9 @@ class TokenStrip(QWidget):
             self.update(region)
 
     def _fit_height(self) -> None:
-        self._height = self._layout(self.width(), self.MAX_LINES)
+        # only the wanted height: the boxes are laid out for the height the strip gets (resizeEvent)
+        self._height = self._wrap(self.width(), self.MAX_LINES)[0]
         self.updateGeometry()
-        self.update()
 
     def _line_step(self) -> int:
         return self.fontMetrics().height() + 4 + 3
