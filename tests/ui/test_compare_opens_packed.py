@@ -1,6 +1,6 @@
 """Compare where B reads A's unembedding (SmolLM2 against its own file): A's copy packed for the
 kernels, which a keystroke's next-token numbers read (compare_tokens.kernel_logits), is made while B opens
-(compare_jobs.ready_heads, on B's load thread), not by the first keystroke's job on the pool."""
+(compare_b.ready_heads, on B's load thread), not by the first keystroke's job on the pool."""
 
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.machinery.effects_jobs import EffectsJobs

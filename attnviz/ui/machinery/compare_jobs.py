@@ -29,7 +29,7 @@ compared once per B, on the probe ('compare-probe'), which does not depend on th
 keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
-model A, frees B."""
+model A, frees B and hands the memory it held back to the system (compare_b.MemoryRelease)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
+from attnviz.ui.machinery.compare_b import load_b, memory_release
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.errors import Cancelled
@@ -138,67 +139,6 @@ class Handoff:
         return result
 
 
-def load_b(a, source: BSource):
-    """(model B, its identity) beside A; InputError / ModelLoadError in one line."""
-    from attnviz.engine import load_model
-    from attnviz.engine.analysing import compare as C
-    from attnviz.engine.analysing.pair import (
-        check_same_shape,
-        check_same_vocab,
-        load_second,
-    )
-    from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
-
-    what = source.describe(a.name)
-    if source.kind == "quantized":
-        def load(_budget):
-            from attnviz.engine.computing.quantized import quantized_model
-
-            return quantized_model(a, str(source.value))
-        b = load_second(load, a, what)
-        ident = C.identity(a, what, quantized=str(source.value), checkpoint=checkpoint_record(a))
-    else:
-        if source.kind == "checkpoint":
-            from attnviz.engine.computing.checkpoints import load_checkpoints
-
-            ckpts = load_checkpoints(a)
-            if ckpts is None:
-                from attnviz.engine.errors import InputError
-
-                raise InputError(f"{a.name} has no training checkpoints to compare with")
-            b = load_second(lambda _budget: ckpts.model(int(source.value)), a, what)
-        else:
-            b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
-                            a, "model B")
-        ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
-    check_same_shape(a, b)
-    check_same_vocab(a, b)
-    ready_heads(a, b)
-    from attnviz.ui.machinery.tuning import release_free_memory
-
-    release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
-    return b, ident
-
-
-def ready_heads(a, b) -> None:
-    """Build, as B opens, the unembeddings a keystroke's next-token numbers read: both sides'
-    tables (compare_tokens.pair_heads: each checked finite in one pass over it) and A's packed for the
-    kernels where B reads the same table (compare_tokens.kernel_logits). Built by the first keystroke's
-    job instead, they would hold the pool for a pass that no keystroke stops, and the next
-    keystrokes' runs behind it. Nothing for a model that predicts no next token."""
-    from attnviz.engine.analysing import compare_tokens as NT
-    from attnviz.engine.errors import NoPrediction
-
-    if not (NT.predicts(a) and NT.predicts(b)):
-        return
-    ha, hb = NT.pair_heads(a, b)
-    if a.weights.packed_types and hb.w_u is ha.w_u:
-        try:
-            _ = a.lm_head().packed  # (a head packs its table the first time this is asked)
-        except NoPrediction:  # (the next-token job says so in its own line)
-            pass
-
-
 class CompareJobs(QObject):
     """The Compare session: B, its identity, the newest comparison, the mode the panel shows."""
     sigChanged = Signal()  # B opened or closed, a new comparison, the mode, the induction, a note
@@ -243,7 +183,8 @@ class CompareJobs(QObject):
         self.loading = source
         self.note = f"Loading {source.describe(a.name)}…"
         self.sigChanged.emit()
-        self.worker.submit(LOAD_KIND, lambda: load_b(a, source), self._on_loaded, (a, source), THREAD)
+        release = memory_release()  # (made here, on the main thread: B may be freed on any)
+        self.worker.submit(LOAD_KIND, lambda: load_b(a, source, release), self._on_loaded, (a, source), THREAD)
 
     def _on_loaded(self, request, value, error) -> None:
         a, source = request
@@ -285,7 +226,9 @@ class CompareJobs(QObject):
         return h if shown and h.run.result.text == st.text and self.worker.is_newest("compute", h.compute_id) else None
 
     def close(self) -> None:
-        """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
+        """Leave Compare: B is freed (nothing holds it after this, once the jobs let go now have
+        ended), the pages its arrays held then handed back to the system (compare_b.MemoryRelease),
+        its jobs dropped."""
         for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
