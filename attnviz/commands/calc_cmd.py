@@ -12,6 +12,7 @@ from attnviz.engine.calc import (
     compare_cells,
     exact_bytes, exact_count, format_bytes, format_count, shown_variants, window_layers_text,
 )
+from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.errors import CalcError
 from attnviz.engine.calc.presets import Preset, get_preset, load_presets
 from attnviz.engine.reading.validate import read_json_object
@@ -217,16 +218,14 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines.append(_columns(rows))
 
     fl = r.flops
-    lines += ["", f"FLOPs per new token at context {T:,} (forward)"]
-    rows = [("  projections (Q, K, V, O)", exact_count(fl["projections_per_token"])),
-            ("  Q·Kᵀ", exact_count(fl["qk_per_token"])),
-            ("  weights·V", exact_count(fl["av_per_token"])),
-            ("  attention total", exact_count(fl["attention_per_token"]))]
+    form = ", MLA absorbed form" if r.attention_kind == "MLA" else ""
+    lines += ["", f"Attention FLOPs of one decode step{form}: {fl['scope']}"]
+    rows = [(f"  {label}", exact_count(n)) for label, n in parts(fl, i.n_head)]
+    rows.append(("  softmax", f"{fl['softmax_elements_per_token']:,} scores"))
     lines.append(_columns(rows))
-    hv = fl["heads_vs_one_head"]
-    lines.append(f"  {i.n_head} heads of {r.d_head} vs one head of {i.n_head * r.d_head}: "
-                 f"matmul FLOPs ratio {hv['ratio']:.3f}; softmax over {i.n_head}x more scores "
-                 f"({hv['n_heads_softmax_elements']:,} vs {hv['one_head_softmax_elements']:,})")
+    if "mla_form" in fl:
+        lines.append(f"  {fl['mla_form']}")
+    lines.append("  " + heads_vs_text(fl, i.n_head, i.n_kv_head, r.d_head))
 
     lines += ["", f"KV cache ({i.kv_dtype}, {r.kv_bits_per_element} bits per element)"]
     rows = [("  per token per layer", exact_bytes(r.kv_bytes_per_token_per_layer),

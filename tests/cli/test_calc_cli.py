@@ -6,6 +6,7 @@ import sys
 import pytest
 from attnviz.cli import main
 from attnviz.engine.calc.presets import load_presets
+from tests.flops_by_hand import KINDS, expected
 
 GIB = 1 << 30
 
@@ -117,3 +118,33 @@ def test_cli_gives_mla_no_kv_group_size(capsys):
     assert main(["calc", "--preset", "llama-3-8b", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["group_size"] == 4 and out["formulas"]["group_size"] == "n_head / n_kv_head = 32 / 8"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cli_flops_of_each_kind_of_preset_are_the_count_by_hand(capsys, kind):
+    """The printed and --json FLOPs of one decode step match a count by hand from the preset's
+    config; the heading says what is counted, and MLA says its form and why it has no
+    heads-vs-one-head comparison."""
+    pid = KINDS[kind]
+    want = expected(pid)
+    assert main(["calc", "--preset", pid, "--json"]) == 0
+    fl = json.loads(capsys.readouterr().out)["flops"]
+    assert (fl["projections_per_token"], fl["qk_per_token"], fl["av_per_token"],
+            fl["attention_per_token"]) == (want["projections"], want["qk"], want["av"], want["total"])
+    assert main(["calc", "--preset", pid]) == 0
+    text = capsys.readouterr().out.split("Attention FLOPs of one decode step")[1].split("\n\n")[0]
+    heading = text.splitlines()[0]
+    assert f"one new token reading {want['T']:,} tokens" in heading
+    assert heading.endswith(f"all {want['L']} layers, W_O included")
+    rows = {line.strip().split("  ")[0]: line.rsplit(" (", 1)[0].split()[-1]
+            for line in text.splitlines()[1:5]}
+    mixed = "weights·latent" if want["one_head_matmul"] is None else "weights·V"
+    assert [(k.split(" (")[0], v) for k, v in rows.items()] == [
+        ("projections", f"{want['projections']:,}"), ("q·kᵀ", f"{want['qk']:,}"),
+        (mixed, f"{want['av']:,}"), ("attention total", f"{want['total']:,}")]
+    if want["one_head_matmul"] is None:
+        assert fl["heads_vs_one_head"] is None and heading.startswith(", MLA absorbed form:")
+        assert "heads vs one head: not shown for MLA" in text and "ratio" not in text
+    else:
+        assert fl["heads_vs_one_head"]["one_head_matmul_flops"] == want["one_head_matmul"]
+        assert f"ratio {want['total'] / want['one_head_matmul']:.3g})" in text

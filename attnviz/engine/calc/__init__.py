@@ -2,7 +2,9 @@
 
 Conventions, stated once and repeated in every result (`CONVENTIONS`):
 - weight shapes are `[out, in]`, the layout of `nn.Linear` and of the lesson ("Q is [128, 4096]");
-- a multiply-add is 2 FLOPs; FLOPs are one forward step of one new token at the given context;
+- a multiply-add is 2 FLOPs; FLOPs are one decode step (one new token reading the cached context)
+  summed over all layers, matrix products only, the output projection included; under MLA in the
+  absorbed form its latent cache implies (`flops`);
 - the KV cache holds keys and values of every cached token in every layer, in the cache's dtype;
   fp8/int8/int4 caches are counted without their quantisation scales;
 - a sliding-window layer caches at most `sliding_window` tokens;
@@ -13,7 +15,8 @@ Conventions, stated once and repeated in every result (`CONVENTIONS`):
 Pure Python integers throughout (exact, never overflowing); the caller formats.
 
 The package, by concept: `inputs` (the question and its validation), `sizing` (the maths,
-`calculate`), `from_config` (inputs from a config.json), `format` (how numbers are written).
+`calculate`), `flops` (one decode step's FLOPs), `from_config` (inputs from a config.json),
+`format` (how numbers are written).
 """
 
 from attnviz.engine.calc.format import (

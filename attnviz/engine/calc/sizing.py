@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
+from attnviz.engine.calc.flops import decode_flops
 from attnviz.engine.calc.format import format_bytes
 from attnviz.engine.calc.inputs import Arch, CalcInputs, Dims, input_error, resolve, whole
 from attnviz.engine.reading.config import group_size
@@ -258,34 +259,6 @@ def _kind(d: Dims) -> str:
     return "MQA" if d.n_kv_head == 1 else "GQA"
 
 
-def _flops(d: Dims, shapes: dict[str, tuple[int, int]]) -> dict[str, Any]:
-    """Attention FLOPs of one new token attending to seq_len tokens (decode step)."""
-    proj_per_layer = 2 * sum(o * i for name, (o, i) in shapes.items()
-                             if not name.endswith("_head") and name != "W_QKV")
-    ctx = _cached_token_layers(d, d.seq_len)  # keys each layer reads, summed over layers
-    scores = 2 * d.n_head * d.d_head * ctx  # q·kᵀ
-    mix = 2 * d.n_head * d.d_v * ctx  # weights · V
-    proj = proj_per_layer * d.n_layer
-    # the lesson's comparison: n_head narrow heads vs one head of width n_head·d_head
-    width = d.n_head * d.d_head
-    one_head = 2 * 4 * d.d_model * width * d.n_layer + 2 * 2 * width * ctx
-    many_heads = 2 * 4 * d.d_model * width * d.n_layer + 2 * 2 * d.n_head * d.d_head * ctx
-    return {
-        "projections_per_token": proj,
-        "qk_per_token": scores,
-        "av_per_token": mix,
-        "attention_per_token": proj + scores + mix,
-        "softmax_elements_per_token": d.n_head * ctx,
-        "heads_vs_one_head": {
-            "n_heads_matmul_flops": many_heads,
-            "one_head_matmul_flops": one_head,
-            "ratio": many_heads / one_head,
-            "n_heads_softmax_elements": d.n_head * ctx,
-            "one_head_softmax_elements": ctx,
-        },
-    }
-
-
 def _given(inputs: CalcInputs | None, values: dict[str, Any]) -> CalcInputs:
     """The inputs asked about: `inputs`, its fields overridden by `values`, or `values` alone."""
     if inputs is None:
@@ -406,8 +379,8 @@ def _warnings(inputs: CalcInputs, d: Dims) -> tuple[str, ...]:
     T = d.seq_len
     warnings: list[str] = []
     if not inputs.arch.causal:
-        warnings.append("encoder (bidirectional): no KV cache in normal use; the figures are what "
-                        "a decoder of this shape would cache")
+        warnings.append("encoder (bidirectional): no KV cache or decode step in normal use; the "
+                        "figures are what a decoder of this shape would cache and compute")
     if inputs.max_positions is not None and T > int(inputs.max_positions):
         warnings.append(f"seq_len {T} is longer than the model's {inputs.max_positions} positions")
     if d.window and T > d.window:
@@ -455,7 +428,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
         inputs=resolved, attention_kind=_kind(d), d_head=d.d_head, d_v=d.d_v,
         group_size=None if d.mla else group_size(d.n_head, d.n_kv_head), shapes=shapes, activation_shapes=activation_shapes,
         attn_params_per_layer=attn_per_layer, attn_params_total=attn_per_layer * d.n_layer,
-        model_params=model_params, flops=_flops(d, shapes),
+        model_params=model_params, flops=decode_flops(d, tokens_cached),
         kv_bits_per_element=d.kv_bits,
         kv_bytes_per_token_per_layer=_bytes(bits_tl),
         kv_bytes_per_token=_bytes(bits_tl * d.n_layer),

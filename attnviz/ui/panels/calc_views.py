@@ -18,6 +18,7 @@ from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
     kv_cache_needed, shown_variants, window_layers_text,
 )
+from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
 from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
@@ -260,15 +261,17 @@ def kv_text(r: CalcResult) -> str:
 
 
 def flops_text(r: CalcResult) -> str:
-    """FLOPs per new token, and why many heads cost what one wide head does."""
-    i = r.inputs
+    """Attention FLOPs of one decode step, part by part, and why many heads cost what one wide head
+    does (rich text)."""
     fl = r.flops
-    hv = fl["heads_vs_one_head"]
-    return (f"FLOPs per new token at {i.seq_len:,} tokens: projections "
-            f"{format_count(fl['projections_per_token'])}, Q·Kᵀ {format_count(fl['qk_per_token'])}, "
-            f"weights·V {format_count(fl['av_per_token'])}. {i.n_head} heads of {r.d_head} cost "
-            f"the same matrix FLOPs as one head of {i.n_head * r.d_head:,} "
-            f"(ratio {hv['ratio']:.3g}); only the softmax runs over {i.n_head}× more scores.")
+    form = ", MLA absorbed form" if r.attention_kind == "MLA" else ""
+    lines = [f"<b>Attention FLOPs of one decode step{form}</b>: {html.escape(fl['scope'])}"]
+    lines += [f"{html.escape(label)}: {format_count(n)}" for label, n in parts(fl, r.inputs.n_head)]
+    lines.append(f"softmax: {format_count(fl['softmax_elements_per_token'])} scores")
+    if "mla_form" in fl:
+        lines.append(html.escape(fl["mla_form"]))
+    lines.append(html.escape(heads_vs_text(fl, r.inputs.n_head, r.inputs.n_kv_head, r.d_head)))
+    return "<br>".join(lines)
 
 
 def sentence_text(r: CalcResult | None, T: int | None) -> str:
