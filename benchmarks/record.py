@@ -26,6 +26,7 @@ figure still says where and when it was measured. `provenance(doc, fig)` reads t
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import json
 import os
 import platform
@@ -78,15 +79,25 @@ def _blas() -> tuple[str, int | None]:
 
 
 def machine() -> dict:
-    """What a figure was measured on: CPU model and its widest vector instructions, cores, Python, NumPy, BLAS and its threads, and
+    """What a figure was measured on: CPU model and its widest vector instructions, cores, Python, NumPy,
+    numba and llvmlite, BLAS and its threads, and
     the load average over the last minute when the results were written (other work on a shared
     machine slows every timing)."""
     import numpy
 
     blas, threads = _blas()
     return {"cpu": _cpu_model(), "vectors": _vectors(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "numpy": numpy.__version__, "blas": blas, "blas_threads": threads,
+            "numpy": numpy.__version__, "numba": _version("numba"), "llvmlite": _version("llvmlite"),
+            "blas": blas, "blas_threads": threads,
             "platform": platform.platform(), "load_average": round(os.getloadavg()[0], 2)}
+
+
+def _version(package: str) -> str | None:
+    """An installed package's version (the kernels' compiler: its runtime's size is in every RSS)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _git(*args: str) -> str:

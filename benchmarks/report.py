@@ -88,6 +88,8 @@ def machine_text(machine: dict | None) -> str:
     if machine.get("vectors"):  # (absent from results written before it was recorded)
         text += f" ({machine['vectors']})"
     text += f", {machine.get('cores', '?')} cores"
+    if machine.get("numba"):  # (absent from results written before it was recorded)
+        text += f", numba {machine['numba']}"
     if machine.get("blas") and machine.get("blas") != "unknown":
         text += f", {machine['blas']}"
         if machine.get("blas_threads"):

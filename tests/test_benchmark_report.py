@@ -126,6 +126,8 @@ def test_the_committed_results_render_and_the_readme_summary_is_current():
 def test_the_machine_names_its_vector_instructions_where_recorded():
     assert report.machine_text({**MACHINE, "vectors": "AVX2"}).startswith("Test CPU (AVX2), 2 cores")
     assert report.machine_text(MACHINE).startswith("Test CPU, 2 cores")  # (older files: not recorded)
+    # the kernels' compiler, whose runtime is part of every RSS figure
+    assert report.machine_text({**MACHINE, "numba": "0.68.1"}).startswith("Test CPU, 2 cores, numba 0.68.1")
     # what the kernels compile for, not what the CPU lists (an AVX-512 CPU without VNNI runs the
     # 16-lane float kernels; a run with AVX turned off in numba the narrow ones)
     assert [record.vectors_label(*paths) for paths in ((True, True, False), (False, True, False),
