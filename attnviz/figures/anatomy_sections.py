@@ -336,13 +336,12 @@ def _costs(c: Cursor) -> None:
     p_all, p_full = cost_totals(view.costs, "params")
     f_all, f_full = cost_totals(view.costs, "FLOPs")
     c.y += 2 * s
+    shared = f"; a KV head shared by {g} query heads counts 1/{g} per head" if g > 1 else ""
     c.wrapped(f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
-              f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head "
-              f"{d} wide. A multiply-add is 2 FLOPs; memory is float32; a KV head shared by {g} "
-              f"query heads counts 1/{g} per head." if g > 1 else
-              f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
               f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
-              f"wide. A multiply-add is 2 FLOPs; memory is float32.", small)
+              f"wide. FLOPs are the matrix products (Q, K, V projections, q\u00b7k\u1d40, weights\u00b7V, "
+              f"W_O), 2 per multiply-add, as the Calculator counts them; biases, RoPE and the "
+              f"softmax not included. Memory is float32{shared}.", small)
 
 
 SECTIONS = (_header, _input, _projections, _heads, _focused_head, _output, _shares, _costs)

@@ -108,12 +108,13 @@ def test_costs_all_heads_equal_one_full_width_head_in_the_projections():
     cfg = load_model(FIXTURES / "bert").config  # plain MHA, n_head * d_head = d_model
     T = 10
     rows = {r.what: r for r in head_costs(cfg, T)}
-    for what in ("W_Q", "W_O", "Q, K, V projections", "scores q\u00b7k", "pattern @ v"):
+    for what in ("W_Q", "W_O", "Q, K, V projections", "q\u00b7k\u1d40, all T\u00b2 pairs",
+                 "weights\u00b7V, all T\u00b2 pairs"):
         assert rows[what].all_heads == rows[what].full_head and rows[what].note == "equal"
         assert rows[what].all_heads == cfg.n_head * rows[what].per_head
-    soft = rows["softmax (~5 per score)"]
+    soft = rows["softmax"]
     assert soft.all_heads == cfg.n_head * soft.full_head and "differs" not in soft.note
-    assert soft.note.startswith(f"{cfg.n_head} patterns")
+    assert soft.note.startswith(f"{cfg.n_head} patterns") and soft.unit == "scores"
     d = cfg.d_model
     assert rows["Q, K, V projections"].all_heads == 2 * T * d * 3 * d
     assert head_dim_note(cfg) is None
@@ -195,3 +196,61 @@ def test_one_heads_costs_are_the_layers_shared_evenly_by_its_query_heads(smollm2
         for r in head_costs(cfg, T):
             if r.what != "W_O bias (no head's)":
                 assert r.per_head == r.all_heads // cfg.n_head, (r.what, T)
+
+
+def _flops_by_hand(cfg, T, layer):
+    """One layer's attention over T tokens, multiply-adds counted query by query from the mask rules
+    (an encoder's query reads all T keys, a causal one keys 0..t, a window the last `window` of
+    those), 2 FLOPs each: {row: FLOPs of all heads}."""
+    d, nh, nkv, dh = cfg.d_model, cfg.n_head, cfg.n_kv_head, cfg.d_head
+    window = cfg.window(layer) if cfg.causal else None
+    reads = 0
+    for t in range(T):
+        first = 0 if window is None else max(0, t - window + 1)
+        reads += len(range(T)) if not cfg.causal else len(range(first, t + 1))
+    return {"proj": 2 * T * d * (nh + 2 * nkv) * dh, "qk": 2 * nh * reads * dh,
+            "av": 2 * nh * reads * dh, "wo": 2 * T * nh * dh * d, "scores": nh * reads}
+
+
+def _shown_flops(cfg, T, layer):
+    rows = head_costs(cfg, T, layer)
+    by = {r.what.split(", ")[0] if r.unit == "FLOPs" and "\u00b7" in r.what else r.what: r for r in rows}
+    return {"proj": by["Q, K, V projections"].all_heads, "qk": by["q\u00b7k\u1d40"].all_heads,
+            "av": by["weights\u00b7V"].all_heads, "wo": by["output projection W_O"].all_heads,
+            "scores": by["softmax"].all_heads}, rows
+
+
+def test_the_layers_flops_are_the_multiply_adds_its_mask_lets_it_do(minilm, smollm2):
+    """Counted by hand for 10 tokens, 2 FLOPs a multiply-add, the Calculator's convention.
+    MiniLM (encoder, d 384, 12 heads of 32): projections 2*10*384*1152 = 8,847,360; q.k^T and
+    weights.V each 2*100*384 = 76,800 (all 100 pairs); W_O 2*10*384*384 = 2,949,120.
+    SmolLM2 (causal GQA, d 576, 9 query heads and 3 KV heads of 64): projections 2*10*576*960 =
+    11,059,200; q.k^T and weights.V each 2*55*576 = 63,360 (55 = 10*11/2 causal pairs, not 100);
+    W_O 2*10*576*576 = 6,635,520. The FLOPs total is those four rows, the softmax not among them."""
+    minilm_by_hand = {"proj": 8_847_360, "qk": 76_800, "av": 76_800, "wo": 2_949_120, "scores": 1200}
+    smollm2_by_hand = {"proj": 11_059_200, "qk": 63_360, "av": 63_360, "wo": 6_635_520, "scores": 495}
+    for model, hand, pairs in ((minilm, minilm_by_hand, "all T\u00b2 pairs"),
+                               (smollm2, smollm2_by_hand, "causal: T(T+1)/2 pairs")):
+        assert _flops_by_hand(model.config, 10, 0) == hand, model.name
+        shown, rows = _shown_flops(model.config, 10, 0)
+        assert shown == hand, model.name
+        assert {r.what for r in rows} >= {f"q\u00b7k\u1d40, {pairs}", f"weights\u00b7V, {pairs}"}
+        flops = sum(hand[k] for k in ("proj", "qk", "av", "wo"))
+        assert cost_totals(rows, "FLOPs")[0] == flops, model.name
+    assert cost_totals(head_costs(smollm2.config, 10), "FLOPs")[0] == 17_821_440
+
+
+@pytest.mark.parametrize("fixture", ["bert", "llama_gqa", "llama_mqa", "llama_headdim", "mistral_window",
+                                     "gemma3"])
+def test_the_layers_flops_match_a_count_by_hand_and_the_patterns_own_reads(fixture):
+    """Every layer of the tiny fixtures, T below and above a sliding window: the shown FLOPs equal the
+    count by hand, and the pairs they count are the pattern's entries the mask leaves open (its
+    nonzero weights), so a window or the causal triangle is counted as the engine attends."""
+    model = load_model(FIXTURES / fixture)
+    cfg = model.config
+    for T in (3, 9):
+        r = model.run(ids=list(range(1, T + 1)), request=RunRequest(inputs=True, use_cache=False))
+        for layer in range(cfg.n_layer):
+            hand = _flops_by_hand(cfg, T, layer)
+            assert _shown_flops(cfg, T, layer)[0] == hand, (fixture, T, layer)
+            assert int(np.count_nonzero(r.attentions[layer])) == hand["scores"], (fixture, T, layer)

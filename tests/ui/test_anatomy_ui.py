@@ -199,6 +199,28 @@ def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
     assert [b.head for b in lay.block("w_k").bands] == [0, 1, 2]
 
 
+def test_the_painted_cost_table_counts_the_pairs_each_query_reads(qapp, minilm, smollm2):
+    """The FLOPs drawn, counted by hand: an encoder's query reads all T keys, a causal one its t + 1;
+    the total is the projections, q\u00b7k\u1d40, weights\u00b7V and W_O at 2 FLOPs a multiply-add."""
+    from attnviz.engine.calc import format_count
+
+    for model, pairs_of, label in ((minilm, lambda T: T * T, "all T\u00b2 pairs"),
+                                   (smollm2, lambda T: T * (T + 1) // 2, "causal: T(T+1)/2 pairs")):
+        cfg, r = model.config, model.run(TEXT, request=RunRequest(inputs=True))
+        T = len(r.tokens)
+        d, nh, nkv, dh, P = cfg.d_model, cfg.n_head, cfg.n_kv_head, cfg.d_head, pairs_of(T)
+        lay = fig.layout(fig.make_anatomy_view(model, r, 1, 0), 1280)
+        cells = [text for _r, text, *_ in lay.table]
+        for what in ("q\u00b7k\u1d40", "weights\u00b7V"):
+            i = cells.index(f"{what}, {label} (FLOPs)")
+            assert cells[i + 1:i + 4] == [format_count(2 * P * dh), format_count(2 * P * nh * dh),
+                                          format_count(2 * P * d)], (model.name, what)
+        total = 2 * T * d * (nh + 2 * nkv) * dh + 2 * 2 * P * nh * dh + 2 * T * nh * dh * d
+        painted = " ".join(" ".join(t.text for t in lay.texts).split())
+        assert f"and {format_count(total)} FLOPs for all {nh} heads" in painted, model.name
+        assert "biases, RoPE and the softmax not included" in painted
+
+
 def test_shown_with_nothing_computed_says_so(qtbot):
     from attnviz.ui.panels.anatomy_panel import AnatomyPanel
     from attnviz.ui.machinery.state import AppState

@@ -465,6 +465,20 @@ def test_the_greyed_mla_fields_show_what_mla_has(panel):
     assert "'auto' = d_model / n_head" in dh.toolTip()
 
 
+def test_saved_custom_numbers_leave_the_greyed_mla_fields_as_mla_has_them(panel):
+    """Custom fields saved by an older version on an MLA base held a KV-head count and d_head 0 ('auto'):
+    the greyed fields still read what MLA has, and the editable ones come back."""
+    saved = {"preset": CUSTOM, "base": "deepseek-v3", "base_model": "", "d_model": 7000, "n_head": 128,
+             "n_kv_head": 128, "d_head": 0, "n_layer": 61, "seq_len": 4096, "batch": 1, "kv_dtype": "fp16"}
+    panel.set_fields(saved)
+    kv, dh = panel.spins["n_kv_head"], panel.spins["d_head"]
+    assert panel.preset_combo.currentData() == CUSTOM and panel.spins["d_model"].text() == "7,000"
+    assert (kv.text(), dh.text()) == ("latent (MLA)", "192")
+    assert not kv.isEnabled() and not dh.isEnabled() and panel.result.d_head == 192
+    panel.set_fields({**saved, "d_head": 96, "n_kv_head": 8})
+    assert (kv.text(), dh.text()) == ("latent (MLA)", "192")
+
+
 def test_custom_numbers_name_the_inputs_they_keep_from_their_model(panel):
     """Custom numbers keep the base model's d_ff, vocabulary, positions, window and architecture,
     which have no field: the whole-model count uses them, and a note under the fields says which."""

@@ -99,13 +99,28 @@ class CostRow:
     per_head: int  # one query head (its share of a KV head shared by n_group: 1 / n_group)
     all_heads: int  # the layer's n_head heads together
     full_head: int  # one head as wide as d_model (d_head = d_model, no KV sharing)
-    unit: str  # "params", "FLOPs" or "bytes"
+    unit: str  # "params", "FLOPs", "scores" (the softmax's) or "bytes"
     note: str = ""
 
 
-def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
-    """The lesson's arithmetic for one layer on T tokens, exact integers. A multiply-add is 2
-    FLOPs; memory is float32, as the engine holds it; K/V weights and activations of a KV head
+def key_reads(cfg: ModelConfig, T: int, layer: int = 0) -> tuple[int, str]:
+    """(query-key pairs one head scores in `layer` over T tokens, what they are): every query reads
+    all T keys in an encoder; query t reads its t + 1 keys up to itself under the causal mask, the
+    last `window` of them in a sliding-window layer."""
+    if not cfg.causal:
+        return T * T, "all T\u00b2 pairs"
+    window = cfg.window(layer)
+    if window is None or window >= T:
+        return T * (T + 1) // 2, "causal: T(T+1)/2 pairs"
+    return window * (window + 1) // 2 + (T - window) * window, f"causal, window {window:,}"
+
+
+def head_costs(cfg: ModelConfig, T: int, layer: int = 0) -> list[CostRow]:
+    """The lesson's arithmetic for one layer on T tokens, exact integers. FLOPs count the matrix
+    products as the Calculator does, a multiply-add 2 FLOPs: the Q, K, V projections, q\u00b7k\u1d40 and
+    weights\u00b7V over the query-key pairs the layer's mask lets each query read (key_reads), and
+    W_O; biases, RoPE and the softmax are not FLOPs here (the softmax row counts its scores).
+    Memory is float32, as the engine holds it; K/V weights and activations of a KV head
     shared by n_group query heads count 1 / n_group per query head (rounded down). Each row's note
     says "equal" when all heads together cost what one d_model-wide head costs, else why not.
     The parameter rows add up to the Calculator's attention parameters per layer: W_Q, W_K, W_V,
@@ -115,6 +130,7 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
     qb, fb = (dh, d) if cfg.qkv_bias else (0, 0)
     wide = f"heads {D} wide, d_model {d}" if D != d else ""
     gqa = f"GQA: K, V {Dkv} wide" if g > 1 else ""
+    P, pairs = key_reads(cfg, T, layer)
     t2 = f"{nh} patterns of T\u00b2, not one"
     rows = []
 
@@ -131,9 +147,9 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
         add("W_O bias (no head's)", 0, d, d, "params")
     add("Q, K, V projections", 2 * T * d * dh + (4 * T * d * dh) // g, 2 * T * d * (D + 2 * Dkv),
         6 * T * d * d, "FLOPs", gqa, wide)
-    add("scores q\u00b7k", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)
-    add("softmax (~5 per score)", 5 * T * T, 5 * nh * T * T, 5 * T * T, "FLOPs", t2)
-    add("pattern @ v", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)
+    add(f"q\u00b7k\u1d40, {pairs}", 2 * P * dh, 2 * P * D, 2 * P * d, "FLOPs", wide)
+    add("softmax", P, nh * P, P, "scores", f"{nh} patterns, not one")
+    add(f"weights\u00b7V, {pairs}", 2 * P * dh, 2 * P * D, 2 * P * d, "FLOPs", wide)
     add("output projection W_O", 2 * T * dh * d, 2 * T * D * d, 2 * T * d * d, "FLOPs", wide)
     add("q, k, v, head output", BYTES * T * 2 * dh + (BYTES * T * 2 * dh) // g, BYTES * T * (2 * D + 2 * Dkv),
         BYTES * T * 4 * d, "bytes", gqa, wide)

@@ -16,8 +16,9 @@ from attnviz.engine.errors import CalcError
 from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
-    CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, heading, kv_text,
-    kept_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
+    MLA_SET, CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, footnote_label,
+    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text,
+    summary_text, tokens,
 )
 
 
@@ -199,6 +200,8 @@ class CalcPanel(QWidget):
         elif preset in self.presets or preset == LOADED and loaded:
             self._select(preset)
         editable = self.spins if preset == CUSTOM else RUN_FIELDS
+        if self._base.mla is not None:  # MLA sets these (greyed): a number saved in them is not MLA's
+            editable = [key for key in editable if key not in MLA_SET]
         for key in editable:
             spin, value = self.spins[key], saved.get(key)
             if isinstance(value, int) and spin.minimum() <= value <= spin.maximum():
@@ -326,11 +329,7 @@ class CalcPanel(QWidget):
         self.flops_label = rich_label()
         res.addWidget(self.flops_label)
 
-        self.notes_label = QLabel()
-        self.notes_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.notes_label.setWordWrap(True)
-        self.notes_label.setStyleSheet("color: gray;")
-        self.notes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notes_label = footnote_label()
         res.addWidget(self.notes_label)
 
     def _with_error(self, key: str, field: QWidget) -> QWidget:
@@ -434,7 +433,7 @@ class CalcPanel(QWidget):
             spin.setValue(values[key])
             spin.blockSignals(False)
         mla = mla_fields(inp) if inp.mla is not None else {}
-        for key in ("n_kv_head", "d_head"):
+        for key in MLA_SET:
             self.spins[key].setEnabled(not mla)
             self.spins[key].setToolTip(mla[key][1] if mla else FIELDS[key][1])
         self.spins["n_kv_head"].setSpecialValueText("latent (MLA)" if mla else "")

@@ -26,6 +26,7 @@ from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 PLOT_POINTS = 200
+MLA_SET = ("n_kv_head", "d_head")  # the fields MLA sets from the model's ranks, greyed
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -381,6 +382,16 @@ def note_label() -> QLabel:
     label.setWordWrap(True)
     label.setTextFormat(Qt.TextFormat.PlainText)
     label.hide()
+    return label
+
+
+def footnote_label() -> QLabel:
+    """The grey, selectable plain-text notes under the results."""
+    label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setWordWrap(True)
+    label.setStyleSheet("color: gray;")
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label
 
 
