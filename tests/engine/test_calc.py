@@ -417,5 +417,6 @@ def test_an_mla_model_needs_no_d_model_n_head_divides():
 
 def test_a_sliding_window_names_its_layers_as_a_sentence_reads():
     from attnviz.engine.calc import window_layers_text
-    assert [window_layers_text(s) for s in ("even", "odd", "all", None, (0, 2, 5))] == [
-        "even layers", "odd layers", "all layers", "all layers", "layers 0, 2, 5"]
+    assert [window_layers_text(s) for s in ("even", "odd", "all", None, (0, 2, 5), "3", "0,2,5")] == [
+        "even layers", "odd layers", "all layers", "all layers", "layers 0, 2, 5", "layers 3",
+        "layers 0, 2, 5"]

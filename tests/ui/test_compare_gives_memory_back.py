@@ -31,7 +31,8 @@ def rss_bytes() -> int:
 
 
 def spy_on_releases(monkeypatch, b) -> list[bool]:
-    """Per release of free pages from here on, once it has returned: whether B was gone by then."""
+    """Per release of free pages from here on, once it has returned: whether `b` (a weak reference
+    to B or to what B holds) was gone by then."""
     released = []
     real = tuning.release_free_memory
 
@@ -92,22 +93,23 @@ def test_leaving_compare_gives_b_s_memory_back(qtbot, tmp_path, smollm2, monkeyp
 @pytest.mark.parametrize("when", ["idle", "typing"])
 def test_the_free_pages_are_released_once_b_is_gone(qtbot, tmp_path, monkeypatch, when):
     """On the toy decoder: B is gone before its memory is handed back (the release runs after it
-    is freed, whichever thread freed it)."""
+    is freed, whichever thread freed it). B's weights are watched, not B: a weak reference to B
+    reads None in B's own finalizer already, before its arrays are freed."""
     w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
     jobs = w.worker.compare_jobs
     open_compare(w, BSource("model", TOY))
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
                     and jobs.induction is not None, timeout=WAIT)
     w.worker.wait_idle()
-    b = weakref.ref(jobs.b)
+    b = weakref.ref(jobs.b.weights)
     released = spy_on_releases(monkeypatch, b)
     if when == "typing":
         w.set_text(TEXT + " and")
         qtbot.waitUntil(lambda: w.worker.running("compute") is not None or w.state.result.text != TEXT,
                         timeout=WAIT)
     jobs.close()
-    qtbot.waitUntil(lambda: gc.collect() is not None and True in released, timeout=WAIT)
-    assert b() is None
+    qtbot.waitUntil(lambda: gc.collect() is not None and bool(released), timeout=WAIT)
+    assert released[0] and b() is None
     w.worker.wait_idle()
 
 

@@ -54,7 +54,10 @@ def format_count(n: int | float) -> str:
 
 def window_layers_text(spec) -> str:
     """Which layers a sliding window is on, as a sentence reads it: `all layers`, `even layers`,
-    `odd layers`, `layers 0, 2, 5` (spec: CalcInputs.sliding_window_layers)."""
+    `odd layers`, `layers 0, 2, 5` (spec: CalcInputs.sliding_window_layers; indices as a list or
+    as the command line's "0,2,5")."""
+    if isinstance(spec, str) and spec not in ("all", "even", "odd", ""):
+        spec = [int(p) for p in spec.split(",")]
     if isinstance(spec, (list, tuple)):
         return f"layers {', '.join(str(int(i)) for i in spec)}" if spec else "no layers"
     return f"{spec or 'all'} layers"
