@@ -67,6 +67,60 @@ def test_the_caller_from_the_first_chunk_and_the_partner_from_the_last_take_each
             assert sorted(front + back) == list(range(n)), (n, f, front, back)
 
 
+def _guarded(a):  # a copy of a between two more (a chunk's rows out of range land in them, not past a)
+    buf = np.concatenate([a, a, a])
+    return buf, buf[len(a):2 * len(a)]
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0], ids=lambda q: q.name)  # (_chunks' two loops)
+@pytest.mark.parametrize("groups", [7, 3])
+def test_a_stages_shares_split_anywhere_do_each_chunk_once_from_their_ends(qtype, groups):
+    """One thread runs a stage's two shares of n chunks in turn (_chunks with S4's update: out =
+    (out + attn) + y on a chunk's rows), the taken counter set before each as the other share's
+    takes leave it: k takes from the last chunk back (the partner's) and n - k from the first on
+    (the caller's), for every k, either share first. After the first share exactly the rows of its
+    chunks are written, the k last or the n - k first (for every k: so its j-th take is the j-th
+    chunk from its end); after both, every row once, and nothing beside y and out's rows."""
+    rng = np.random.default_rng(groups)
+    p = qpack.pack(_blocks(qtype, groups * qpack.LANES, 64, rng), qtype)
+    q, scale, offset = p.args
+    (_, q), (_, scale) = _guarded(q), _guarded(scale)
+    x = rng.standard_normal((1, p.n_in)).astype(np.float32)
+    want = np.empty((1, p.n_out), np.float32)
+    kind = onerow_block._kind(p)
+    onerow_block._matvec(kind, q, scale, offset, x, want)
+    row = qpack.LANES  # (rows a group)
+    taken, done = onerow_pair.LINE, 2 * onerow_pair.LINE  # (stage 0's counters)
+
+    def share(sync, takes, n, back, y, out, attn):
+        sync[taken] = n - takes  # (the other share's takes, counted first)
+        onerow_pair._chunks(sync, 0, onerow_pair._chunk(sync, 0), n, kind, q, scale, offset, x, y,
+                            out, attn, True, back)
+
+    for n in range(1, 9):  # (groups 3: chunks past the third have fewer groups, some none)
+        for k in range(n + 1):
+            for first_back in (True, False):
+                sync = onerow_pair.sync_for(1)
+                (ys, y), (outs, out) = (_guarded(np.full(p.n_out, v, np.float32)) for v in (np.nan, 0.0))
+                attn = _guarded(np.ones(p.n_out, np.float32))[1]
+                y, out, attn = (a.reshape(1, p.n_out) for a in (y, out, attn))
+                takes = k if first_back else n - k
+                share(sync, takes, n, first_back, y, out, attn)
+                ends = (groups * (n - takes) // n, groups) if first_back else (0, groups * takes // n)
+                rows = np.zeros(p.n_out, bool)
+                rows[ends[0] * row:ends[1] * row] = True
+                case = (n, k, first_back)
+                assert sync[done] == takes, case
+                assert np.isnan(y[0, ~rows]).all() and (out[0, ~rows] == 0).all(), case
+                assert y[0, rows].tobytes() == want[0, rows].tobytes(), case
+                share(sync, n - takes, n, not first_back, y, out, attn)
+                assert sync[done] == n, case
+                assert y.tobytes() == want.tobytes(), case
+                assert out.tobytes() == (np.float32(1) + want).tobytes(), case
+                assert np.isnan(ys[:p.n_out]).all() and np.isnan(ys[2 * p.n_out:]).all(), case
+                assert not outs[:p.n_out].any() and not outs[2 * p.n_out:].any(), case
+
+
 @pytest.fixture
 def threads(monkeypatch):
     """set(n): a one-row run's kernels on n threads (1: the one-thread call, 2: the pair, compiled
