@@ -255,19 +255,25 @@ def _map_titles_readable(frame: QWidget) -> list[str]:
 
 
 def _why_heading_whole(canvas) -> list[str]:
-    """Why here?'s title and subtitle (the score and the model) are painted whole: no ink at the
-    right edge of their lines' box, above the first list (a line longer than the box is cut there
-    mid-letter; a wrapped line ends short of it)."""
+    """Why here?'s title and subtitle (the score and the model) fit their lines' box: each wrapped
+    as it is painted is no wider than the box (painting clips a longer line at the box's edge,
+    mid-letter), and the painted box lies inside the canvas."""
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QFontMetricsF
+
+    from attnviz.figures.render import figure_font
+    from attnviz.figures.why import WRAPPED
+
     canvas.repaint()
-    lay = canvas.lay
-    image = canvas.grab().toImage()
-    dpr = image.devicePixelRatio()
-    top = int(lay.headers[0][0].top() * dpr)
-    edge = (canvas.width() - 8 * lay.scale) * dpr  # the right edge of the lines' box
-    band = range(int(edge - 2 * dpr), int(edge + 6 * lay.scale * dpr))
-    inked = [(x, y) for y in range(top) for x in band
-             if x < image.width() and image.pixelColor(x, y).name() != "#ffffff"]
-    return [f"ink at {inked[:3]} at the lines' right edge, above y {top}"] if inked else []
+    lay, view, s = canvas.lay, canvas.view, canvas.lay.scale
+    bad = []
+    for rect, font, text in ((lay.title, figure_font(13 * s, bold=True), view.title()),
+                             (lay.subtitle, figure_font(11 * s), view.subtitle())):
+        wrapped = QFontMetricsF(font).boundingRect(QRectF(0, 0, rect.width(), 1e6), WRAPPED, text)
+        if wrapped.width() > rect.width() + 0.01 or rect.right() > canvas.width():
+            bad.append(f"{text!r} is {wrapped.width():.1f} px wide in a box of {rect.width():.1f} "
+                       f"ending at {rect.right():.1f} of {canvas.width()}")
+    return bad
 
 
 def _patch_map_whole(box) -> list[str]:

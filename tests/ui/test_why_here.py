@@ -20,7 +20,7 @@ from windows import WAIT, open_window, wait_for_text
 from attnviz.engine.computing.request import RunRequest
 
 TEXT = "Harry Potter met Hermione Granger. Later Harry Potter"
-ROW = re.compile(r"^(.*?)  ([+-]\d+\.\d+)  ([+-]\d+\.\d+)%$")
+ROW = re.compile(r"^(.*?)  ([+\u2212]\d+\.\d+)  ([+\u2212]\d+\.\d+)%$")  # (the window's minus)
 KEY_FORM = re.compile(r"\bL\d+H\d+\b")  # a head as the numbers' keys name it (L16H1)
 
 
@@ -60,7 +60,7 @@ def _rows(w):
     sections, out = [], []
     for box in canvas.lay.rows:
         label, value, share = ROW.match(box.text).groups()
-        out.append((label, float(value), float(share) / 100))
+        out.append((label, float(value.replace("\u2212", "-")), float(share.replace("\u2212", "-")) / 100))
         if label.startswith("the other"):
             sections.append(out)
             out = []
