@@ -139,6 +139,7 @@ class GGUFTensors:
     def __init__(self, reader: GGUFReader, path: Path):
         self.path = path
         self._table = tensor_table(reader)
+        self._released: list[tuple[str, tuple[int, ...]]] = []  # release()'s, for release_again
 
     def __contains__(self, name: str) -> bool:
         return name in self._table
@@ -165,7 +166,15 @@ class GGUFTensors:
     def release(self, name: str, shape: tuple[int, ...]) -> None:
         """Let go of the file's pages tensor `name` covers (release_pages), once it has been read
         into what is kept (a packed or expanded matrix)."""
+        self._released.append((name, shape))
         release_pages(np.asarray(self.stored(name, shape).data))
+
+    def release_again(self) -> None:
+        """Release every tensor released so far once more, after the load has read them all: the
+        kernel may map a file's pages a large folio per fault, so reading one tensor maps back the
+        released pages of its neighbours."""
+        for name, shape in self._released:
+            release_pages(np.asarray(self.stored(name, shape).data))
 
     def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
         """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
@@ -174,6 +183,8 @@ class GGUFTensors:
         with _read_errors(name, t.tensor_type):
             out = dequantize(t.data, t.tensor_type)
         out = np.asarray(out, dtype=np.float32).reshape(shape)
+        if np.may_share_memory(out, t.data):  # (an F32 tensor: a view of the file; each read of it
+            out = out.copy()  # would map back the file's pages around it, released neighbours too)
         if check:
             check_finite(out, name, self.path.name)
         return out

@@ -1,0 +1,72 @@
+"""A GGUF model whose layers are packed lets go of the file's pages it packed, and keeps none of the
+file's pages in use: its norm gains are copies, not views of the file (reading a view would map back
+the pages around it, packed neighbours too: a kernel may map a file a large folio per fault)."""
+
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.reading import qpack
+from attnviz.engine.reading.gguf_file import open_gguf
+from gguf_files import Q, gguf_tensors, write_gguf
+from tiny import FIXTURES
+
+pytest.importorskip("numba")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/pagemap")
+
+
+def _mapped_pages(path) -> set[int]:
+    """The pages of file `path` (their index in the file) mapped in this process now."""
+    pages = set()
+    with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb") as pagemap:
+        for line in maps:
+            p = line.split()
+            if len(p) < 6 or p[5] != str(path):
+                continue
+            lo, hi = (int(x, 16) for x in p[0].split("-"))
+            pagemap.seek(lo // 4096 * 8)
+            entries = pagemap.read((hi - lo) // 4096 * 8)
+            first = int(p[2], 16) // 4096
+            pages |= {first + i for i in range((hi - lo) // 4096)
+                      if struct.unpack_from("Q", entries, i * 8)[0] >> 63}  # bit 63: present
+    return pages
+
+
+@pytest.fixture
+def kernels():
+    qpack.ask_for_kernels()
+    qm.warm()
+    yield
+    qpack.ask_for_kernels(False)
+
+
+def test_a_packed_load_leaves_no_page_of_a_packed_tensor_mapped(tmp_path, kernels):
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q4_1.gguf", cfg, tensors, Q.Q4_1).resolve()
+    model = load_gguf(path)
+    assert model.weights.packed_types
+    reader = open_gguf(path)
+    packed = {t.name: range((t.data_offset) // 4096, (t.data_offset + t.n_bytes - 1) // 4096 + 1)
+              for t in reader.tensors if t.name.startswith("blk.") and t.tensor_type == Q.Q4_1}
+    del reader
+    assert len(packed) >= 5 * cfg["num_hidden_layers"]  # (ffn_down: F32, its rows are no blocks)
+    mapped = _mapped_pages(path)
+    assert mapped, "the file is mapped (the embedding is read from it)"
+    held = {name: sorted(mapped.intersection(pages)) for name, pages in packed.items()}
+    assert not any(held.values()), {n: p for n, p in held.items() if p}
+
+
+def test_a_float32_vector_is_a_copy_not_a_view_of_the_file(tmp_path):
+    from attnviz.engine.reading import gguf_tensors as G
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "f32.gguf", cfg, tensors)
+    ts = G.GGUFTensors(open_gguf(path), path)
+    d = cfg["hidden_size"]
+    gain = ts.get("blk.0.attn_norm.weight", (d,))
+    np.testing.assert_array_equal(gain, tensors["blk.0.attn_norm.weight"])
+    assert not np.shares_memory(gain, ts.stored("blk.0.attn_norm.weight", (d,)).data)
