@@ -183,8 +183,8 @@ class GGUFTensors:
         with _read_errors(name, t.tensor_type):
             out = dequantize(t.data, t.tensor_type)
         out = np.asarray(out, dtype=np.float32).reshape(shape)
-        if np.may_share_memory(out, t.data):  # (an F32 tensor: a view of the file; each read of it
-            out = out.copy()  # would map back the file's pages around it, released neighbours too)
+        if out.ndim == 1 and np.may_share_memory(out, t.data):  # (an F32 vector, a norm's gain: a
+            out = out.copy()  # view of the file, whose every read maps back its released neighbours)
         if check:
             check_finite(out, name, self.path.name)
         return out
