@@ -254,3 +254,12 @@ def test_the_layers_flops_match_a_count_by_hand_and_the_patterns_own_reads(fixtu
             hand = _flops_by_hand(cfg, T, layer)
             assert _shown_flops(cfg, T, layer)[0] == hand, (fixture, T, layer)
             assert int(np.count_nonzero(r.attentions[layer])) == hand["scores"], (fixture, T, layer)
+
+
+def test_an_encoders_k_and_v_per_token_are_not_called_a_cache(minilm, smollm2):
+    """An encoder reads its whole text at once and caches no keys and values: its row says so,
+    while a causal model's is its KV cache per token (float32 K and V, one layer)."""
+    names = {m.name: [r for r in head_costs(m.config, 10) if r.unit == "bytes"][-1] for m in (minilm, smollm2)}
+    enc, dec = names[minilm.name], names[smollm2.name]
+    assert enc.what == "K, V per token (an encoder caches none)" and enc.all_heads == 4 * 2 * 384
+    assert dec.what == "KV cache per token" and dec.all_heads == 4 * 2 * 3 * 64

@@ -154,7 +154,8 @@ def head_costs(cfg: ModelConfig, T: int, layer: int = 0) -> list[CostRow]:
     add("q, k, v, head output", BYTES * T * 2 * dh + (BYTES * T * 2 * dh) // g, BYTES * T * (2 * D + 2 * Dkv),
         BYTES * T * 4 * d, "bytes", gqa, wide)
     add("pattern T\u00d7T", BYTES * T * T, BYTES * nh * T * T, BYTES * T * T, "bytes", t2)
-    add("KV cache per token", BYTES * 2 * dh // g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)
+    kv = "KV cache per token" if cfg.causal else "K, V per token (an encoder caches none)"
+    add(kv, BYTES * 2 * dh // g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)
     return rows
 
 
