@@ -410,6 +410,34 @@ def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
     assert w.live_label.text().startswith("live KV cache: none")
 
 
+def test_the_sentence_markers_label_is_not_crossed_by_a_curve(calc_panel):
+    """A short sentence's marker stands near 0, where the MHA curve climbs through the room right of
+    it: the label "sentence: 46" is painted on the plot's background, no curve drawn across its
+    text (DeepSeek-V3's MHA line crossed the "46")."""
+    from PySide6.QtGui import QColor
+
+    from attnviz.ui.panels.calc_views import CURVE_COLORS
+    from windows import drain_events
+
+    select(calc_panel, "deepseek-v3")
+    plot = calc_panel.plot
+    plot.show_sentence(calc_panel.result, 46)
+    drain_events()
+    label = plot.sentence_marker.label
+    assert label.isVisible() and label.toPlainText() == "sentence: 46"
+    image = plot.grab().toImage()  # (the label takes its place as the plot is painted)
+    box = plot.mapFromScene(label.mapRectToScene(label.boundingRect())).boundingRect()
+    red = QColor(CURVE_COLORS["mha"])
+
+    def near(c: QColor) -> bool:  # (the label's yellow, blended at its glyphs' edges, is further off)
+        return max(abs(c.red() - red.red()), abs(c.green() - red.green()), abs(c.blue() - red.blue())) < 25
+    crossed = [(x, y) for x in range(box.left() + 1, box.right()) for y in range(box.top() + 1, box.bottom())
+               if near(image.pixelColor(x, y))]
+    assert not crossed, (box, crossed[:5])
+    xs = [x for x in range(image.width()) if near(image.pixelColor(x, box.bottom() + 8))]
+    assert xs, "the MHA curve is painted (the check above reads its colour)"
+
+
 def test_the_compare_column_and_the_plot_name_the_batch_they_count(calc_panel):
     """The table's cache column and the plot's y axis are the whole batch's cache, and say so."""
     select(calc_panel, "smollm2-135m")

@@ -142,9 +142,11 @@ class KVPlot(pg.PlotWidget):
         self.addLegend(offset=(8, 8), labelTextColor=TEXT)
         self.curves = {key: self.plot([], [], pen=pg.mkPen(color, width=2), name=key)
                        for key, color in CURVE_COLORS.items()}
+        # the label on the plot's background: near 0 the steepest curve climbs through its room
         self.sentence_marker = pg.InfiniteLine(
             angle=90, movable=False, pen=pg.mkPen("#fdd663", width=1.5),
-            label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)]})
+            label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)],
+                                         "fill": BACKGROUND})
         self.max_marker = pg.InfiniteLine(
             angle=90, movable=False, pen=pg.mkPen(TEXT, width=1, style=Qt.PenStyle.DashLine),
             label="max", labelOpts={"position": 0.6, "color": TEXT, "anchors": [(1, 0), (1, 0)]})
