@@ -321,8 +321,11 @@ def _costs(c: Cursor) -> None:
     T, d, nh, g = view.T, view.d_model, view.n_head, view.n_group
     c.wrapped(f"The lesson's arithmetic for this layer on these {T} tokens", c.bold, TEXT)
 
-    def fmt(n: int, unit: str) -> str:
-        return format_bytes(n) if unit == "bytes" else format_count(n)
+    def fmt(n: int | float, unit: str) -> str:
+        # (one head's 1/g share of a KV head may be a fraction: to the nearest byte, else 3 digits)
+        if unit == "bytes":
+            return format_bytes(round(n))
+        return format_count(n if n == int(n) else float(f"{n:.3g}"))
 
     rows = [(("", "one head", f"all {nh} heads", f"1 head of {d}", ""), figure_font(10 * c.fs, True),
              [TEXT] * 5)]

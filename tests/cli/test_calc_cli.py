@@ -96,6 +96,14 @@ def test_cli_table_lists_the_layout_a_model_already_has_once(capsys):
     assert [r.split("(")[0].strip() for r in rows if r.strip()] == ["MHA", "as given: GQA", "MQA"]
 
 
+def test_cli_compare_header_names_the_batch_as_the_tab_does(capsys):
+    """The MHA / as given / MQA table's cache column is the whole batch's: its header says so in
+    the Calculator tab's words ("at 8,192 tokens × batch 4"), in ASCII."""
+    assert main(["calc", "--preset", "smollm2-135m", "--seq-len", "8192", "--batch", "4"]) == 0
+    header = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()[1]
+    assert "at 8,192 tokens x batch 4" in header, header
+
+
 def test_cli_config_with_a_string_window_is_one_line_not_a_crash(tmp_path, capsys):
     cfg = {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
            "sliding_window": "4096", "max_position_embeddings": 8192}

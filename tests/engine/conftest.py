@@ -1,4 +1,5 @@
-"""Fixtures shared by the engine's one-row tests."""
+"""Fixtures shared by engine tests: SmolLM2 packed for the one-row tests, the quantised kernels asked
+for as the window asks."""
 
 import pytest
 
@@ -18,3 +19,15 @@ def smollm2_packed():
         yield load_model("SmolLM2-135M-Instruct")
     finally:
         qpack.ask_for_kernels(False)
+
+
+@pytest.fixture
+def kernels():
+    """The kernels as the window asks for them (packing at load), warm."""
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.reading import qpack
+
+    qpack.ask_for_kernels()
+    qm.warm()
+    yield
+    qpack.ask_for_kernels(False)

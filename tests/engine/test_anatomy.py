@@ -187,15 +187,16 @@ def test_the_anatomy_is_made_of_the_forward_passs_own_stages(monkeypatch):
 
 
 def test_one_heads_costs_are_the_layers_shared_evenly_by_its_query_heads(smollm2):
-    """A query head's column is the layer's cost over n_head (rounded down once, at the end): under
-    GQA its share of a KV head's K and V is 1 / n_group of them, not 1 / n_group of d_head rounded
-    down first and multiplied by T after (SmolLM2, 46 tokens: 30.7 KiB, not 30.5 KiB)."""
+    """A query head's column is the layer's cost over n_head, exactly (a fraction where n_head does
+    not divide it: the figure writes bytes to the nearest byte): under GQA its share of a KV head's
+    K and V is 1 / n_group of them, not 1 / n_group of d_head rounded down first and multiplied by T
+    after (SmolLM2, 46 tokens: 30.7 KiB, not 30.5 KiB)."""
     cfg = smollm2.config
     assert cfg.n_group > 1 and (2 * cfg.d_head) % cfg.n_group
     for T in (1, 7, 46):
         for r in head_costs(cfg, T):
             if r.what != "W_O bias (no head's)":
-                assert r.per_head == r.all_heads // cfg.n_head, (r.what, T)
+                assert r.per_head == pytest.approx(r.all_heads / cfg.n_head, rel=1e-12), (r.what, T)
 
 
 def _flops_by_hand(cfg, T, layer):

@@ -8,9 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
-from attnviz.engine.reading import qpack
 from attnviz.engine.reading.gguf_file import open_gguf
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
@@ -34,14 +32,6 @@ def _mapped_pages(path) -> set[int]:
             pages |= {first + i for i in range((hi - lo) // 4096)
                       if struct.unpack_from("Q", entries, i * 8)[0] >> 63}  # bit 63: present
     return pages
-
-
-@pytest.fixture
-def kernels():
-    qpack.ask_for_kernels()
-    qm.warm()
-    yield
-    qpack.ask_for_kernels(False)
 
 
 def test_a_packed_load_leaves_no_page_of_a_packed_tensor_mapped(tmp_path, kernels):

@@ -6,12 +6,10 @@ import numpy as np
 import pytest
 
 from attnviz.engine.analysing.pair import budget_left
-from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.quantized import QuantizedGGUFTensors, quantized_model
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading import memory_budget as MB
-from attnviz.engine.reading import qpack
 from attnviz.engine.reading.gguf_file import open_gguf
 from attnviz.engine.reading.gguf_write import write_gguf as attnviz_quantize
 from gguf_files import Q, gguf_tensors, write_gguf
@@ -28,15 +26,6 @@ def source(tmp_path_factory):
     """A tiny Llama (GQA) GGUF in F32: the model A that Compare quantizes."""
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     return write_gguf(tmp_path_factory.mktemp("src") / "f32.gguf", cfg, tensors)
-
-
-@pytest.fixture
-def kernels():
-    """The kernels as the window asks for them (packing at load), warm."""
-    qpack.ask_for_kernels()
-    qm.warm()
-    yield
-    qpack.ask_for_kernels(False)
 
 
 def _matrices_packed(store, i):  # the layer's matrices held in blocks (no float32 field)

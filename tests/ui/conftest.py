@@ -1,6 +1,7 @@
 """Fixtures of the window tests: a per-test settings file, the window opened on MiniLM, windows on
 the textbook decoder opened on a settings file again and again (restarts), the window with its
-Patching tab on the toy decoder, and the bundled models read once a session."""
+Patching tab on the toy decoder, the Calculator's panel on its own, and the bundled models read
+once a session."""
 
 import pytest
 
@@ -60,3 +61,15 @@ def patching_window(qtbot, tmp_path):
     yield w
     w.patch_jobs.cancel()
     w.worker.wait_idle()
+
+
+@pytest.fixture
+def calc_panel(qtbot):
+    """The Calculator tab's panel on its own, shown tall enough for all its sections."""
+    from attnviz.ui.panels.calc_panel import CalcPanel
+
+    w = CalcPanel()
+    qtbot.addWidget(w)
+    w.resize(420, 900)
+    w.show()
+    return w

@@ -221,6 +221,16 @@ def test_the_painted_cost_table_counts_the_pairs_each_query_reads(qapp, minilm, 
         assert "biases, RoPE and the softmax not included" in painted
 
 
+def test_a_shared_kv_heads_share_per_head_is_written_to_the_nearest_byte(qapp, smollm2):
+    """SmolLM2's KV head is shared by 3 query heads: one head's share of the KV cache per token is
+    2 x 64 x 4 / 3 = 170.67 bytes, painted as 171 bytes (it read 170, the share rounded down)."""
+    r = smollm2.run(TEXT, request=RunRequest(inputs=True))
+    lay = fig.layout(fig.make_anatomy_view(smollm2, r, 1, 0), 1280)
+    cells = [text for _r, text, *_ in lay.table]
+    i = cells.index("KV cache per token (bytes)")
+    assert cells[i + 1:i + 4] == ["171 bytes", "1.5 KiB", "4.5 KiB"], cells[i:i + 4]
+
+
 def test_shown_with_nothing_computed_says_so(qtbot):
     from attnviz.ui.panels.anatomy_panel import AnatomyPanel
     from attnviz.ui.machinery.state import AppState

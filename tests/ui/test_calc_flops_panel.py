@@ -8,25 +8,15 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 
 from attnviz.engine.calc import format_count  # noqa: E402
-from attnviz.ui.panels.calc_panel import CalcPanel  # noqa: E402
 from tests.flops_by_hand import KINDS, expected  # noqa: E402
 
 
-@pytest.fixture
-def panel(qtbot):
-    w = CalcPanel()
-    qtbot.addWidget(w)
-    w.resize(420, 900)
-    w.show()
-    return w
-
-
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_flops_lines_show_the_count_by_hand(panel, kind):
+def test_the_flops_lines_show_the_count_by_hand(calc_panel, kind):
     pid = KINDS[kind]
     want = expected(pid)
-    panel.preset_combo.setCurrentIndex(panel.preset_combo.findData(pid))
-    lines = panel.flops_label.text().split("<br>")
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(pid))
+    lines = calc_panel.flops_label.text().split("<br>")
     assert lines[0].startswith("<b>Attention FLOPs of one decode step")
     assert f"one new token reading {want['T']:,} tokens" in lines[0]
     assert lines[0].endswith(f"all {want['L']} layers, W_O included")

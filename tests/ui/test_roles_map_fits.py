@@ -108,6 +108,7 @@ def test_a_scores_cell_shows_its_value_rounded_once_and_no_negative_zero(qtbot):
     assert shown(1.2449, "distance") == "1.24"  # (rounded to 3 first, 1.245, it read 1.25)
     assert shown(-0.0, "entropy") == ".00"  # (one-hot rows' entropy is -0.0)
     assert shown(0.0994, "previous") == ".099"
+    assert shown(-0.25, "previous") == "\u2212.250"  # (the window's minus, its leading zero left out too)
 
 
 @pytest.mark.parametrize("model, n_head", [("SmolLM2-135M-Instruct", 9), ("all-MiniLM-L6-v2", 12)])

@@ -140,6 +140,27 @@ def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
 
 
 
+def test_finds_negative_specificities_are_painted_with_the_windows_minus(qtbot, minilm):
+    """A head that gives the key less than the other queries do has a negative specificity: its
+    cell paints "−", as every number in the window is written; the cell's value, which Ctrl+C
+    copies, stays a number (its text an ASCII "-" a program reads back)."""
+    from PySide6.QtGui import QGuiApplication, QKeySequence
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    state, panel, worker = _panel(qtbot, minilm)
+    table = panel.find.find_table
+    hits = panel.find.set_find("are", "keys")
+    row = next(r for r, hit in enumerate(hits) if round(float(hit.specificity), 3) < 0)
+    index = table.model().index(row, 2)
+    opt = QStyleOptionViewItem()
+    table.itemDelegateForIndex(index).initStyleOption(opt, index)  # the text the cell paints
+    assert opt.text == f"{float(hits[row].specificity):.3f}".replace("-", "\u2212")
+    table.setCurrentCell(row, 2)
+    QGuiApplication.clipboard().clear()
+    qtbot.keySequence(table, QKeySequence.StandardKey.Copy)
+    assert float(QGuiApplication.clipboard().text()) == round(float(hits[row].specificity), 3)
+
+
 def test_find_in_a_decoder_refuses_a_key_after_the_query_instead_of_ranking_zeros(qtbot, textbook_model):
     """In a causal model 'the'@1 cannot see 'sat'@3: every head's weight is 0, so the panel says so
     and lists no ranking; a key before the query is ranked again."""

@@ -484,6 +484,31 @@ def test_a_job_that_ends_after_its_relay_is_gone_ends_quietly(qapp):
         J.run_job(job, Broken, lambda: False)
 
 
+def test_the_relay_runs_a_function_on_the_main_thread_after_the_caller_returns(qtbot):
+    """Relay.call_soon: the function runs on the main thread, asked from another thread or from the
+    main thread itself, and never inside the call (a finalizer asks it before its object's arrays
+    are freed); a deleted relay (Python closing down) runs nothing and raises nothing."""
+    import shiboken6
+
+    from attnviz.ui.machinery import job as J
+
+    relay, ran = J.Relay(), []
+
+    def note():
+        ran.append(threading.current_thread() is threading.main_thread())
+    relay.call_soon(note)
+    assert ran == []  # not inside the call
+    t = threading.Thread(target=relay.call_soon, args=(note,))
+    t.start()
+    t.join()
+    qtbot.waitUntil(lambda: len(ran) == 2, timeout=5000)
+    assert ran == [True, True]
+    shiboken6.delete(relay)
+    relay.call_soon(note)
+    drain_events()
+    assert ran == [True, True]
+
+
 def test_a_failed_jobs_frames_go_with_it_not_with_a_collection(qapp):
     """A job that raises (a run stopped by a newer keystroke: Cancelled) hands the main thread its
     error without the traceback: the job's frames and their arrays are freed as it ends, not by a

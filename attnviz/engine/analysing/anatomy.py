@@ -96,7 +96,8 @@ def head_dim_note(cfg: ModelConfig) -> str | None:
 @dataclass(frozen=True)
 class CostRow:
     what: str
-    per_head: int  # one query head (its share of a KV head shared by n_group: 1 / n_group)
+    per_head: int | float  # one query head (its share of a KV head shared by n_group: 1 / n_group, a
+    # fraction where n_group does not divide it)
     all_heads: int  # the layer's n_head heads together
     full_head: int  # one head as wide as d_model (d_head = d_model, no KV sharing)
     unit: str  # "params", "FLOPs", "scores" (the softmax's) or "bytes"
@@ -121,7 +122,8 @@ def head_costs(cfg: ModelConfig, T: int, layer: int = 0) -> list[CostRow]:
     weights\u00b7V over the query-key pairs the layer's mask lets each query read (key_reads), and
     W_O; biases, RoPE and the softmax are not FLOPs here (the softmax row counts its scores).
     Memory is float32, as the engine holds it; K/V weights and activations of a KV head
-    shared by n_group query heads count 1 / n_group per query head (rounded down). Each row's note
+    shared by n_group query heads count 1 / n_group per query head (exactly: a fraction where
+    n_group does not divide them, as 512 / 3 bytes). Each row's note
     says "equal" when all heads together cost what one d_model-wide head costs, else why not.
     The parameter rows add up to the Calculator's attention parameters per layer: W_Q, W_K, W_V,
     W_O and their biases (W_O's bias in a row of its own: it is the layer's, not a head's)."""
@@ -140,22 +142,22 @@ def head_costs(cfg: ModelConfig, T: int, layer: int = 0) -> list[CostRow]:
         rows.append(CostRow(what, per_head, all_heads, full_head, unit, note))
 
     add("W_Q", d * dh + qb, d * D + nh * qb, d * d + fb, "params", wide)
-    add("W_K + W_V", 2 * (d * dh + qb) // g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
+    add("W_K + W_V", 2 * (d * dh + qb) / g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
         "params", gqa, wide)
     add("W_O", dh * d, D * d, d * d, "params", wide)
     if cfg.o_bias:  # the layer's, added once after the heads are merged: no head's share
         add("W_O bias (no head's)", 0, d, d, "params")
-    add("Q, K, V projections", 2 * T * d * dh + (4 * T * d * dh) // g, 2 * T * d * (D + 2 * Dkv),
+    add("Q, K, V projections", 2 * T * d * dh + 4 * T * d * dh / g, 2 * T * d * (D + 2 * Dkv),
         6 * T * d * d, "FLOPs", gqa, wide)
     add(f"q\u00b7k\u1d40, {pairs}", 2 * P * dh, 2 * P * D, 2 * P * d, "FLOPs", wide)
     add("softmax", P, nh * P, P, "scores", f"{nh} patterns, not one")
     add(f"weights\u00b7V, {pairs}", 2 * P * dh, 2 * P * D, 2 * P * d, "FLOPs", wide)
     add("output projection W_O", 2 * T * dh * d, 2 * T * D * d, 2 * T * d * d, "FLOPs", wide)
-    add("q, k, v, head output", BYTES * T * 2 * dh + (BYTES * T * 2 * dh) // g, BYTES * T * (2 * D + 2 * Dkv),
+    add("q, k, v, head output", BYTES * T * 2 * dh + BYTES * T * 2 * dh / g, BYTES * T * (2 * D + 2 * Dkv),
         BYTES * T * 4 * d, "bytes", gqa, wide)
     add("pattern T\u00d7T", BYTES * T * T, BYTES * nh * T * T, BYTES * T * T, "bytes", t2)
     kv = "KV cache per token" if cfg.causal else "K, V per token (an encoder caches none)"
-    add(kv, BYTES * 2 * dh // g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)
+    add(kv, BYTES * 2 * dh / g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)
     return rows
 
 

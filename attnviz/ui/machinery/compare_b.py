@@ -7,13 +7,11 @@ from __future__ import annotations
 import threading
 import weakref
 
-import shiboken6
-from PySide6.QtCore import QObject, Qt, Signal
 
-
-def load_b(a, source, release: MemoryRelease):
-    """(model B, its identity) beside A; InputError / ModelLoadError in one line. `release` hands
-    B's memory back once B is freed: closed, replaced, refused, or its load let go."""
+def load_b(a, source, relay):
+    """(model B, its identity) beside A; InputError / ModelLoadError in one line. B's memory is
+    handed back once B is freed (closed, replaced, refused, or its load let go), through `relay`:
+    the app's (job.shared_relay), asked for on the main thread."""
     from attnviz.engine import load_model
     from attnviz.engine.analysing import compare as C
     from attnviz.engine.analysing.pair import (
@@ -45,7 +43,7 @@ def load_b(a, source, release: MemoryRelease):
             b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
                             a, "model B")
         ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
-    release.watch(b)
+    release_when_freed(b, relay)
     check_same_shape(a, b)
     check_same_vocab(a, b)
     ready_heads(a, b)
@@ -74,47 +72,22 @@ def ready_heads(a, b) -> None:
             pass
 
 
-class MemoryRelease(QObject):
-    """Hands the pages a freed B held back to the system (tuning.release_free_memory: glibc keeps
-    the freed arenas of the pool's threads resident otherwise, B's memory staying with the process;
-    nothing with another C library). One for the app, on the main thread for good: B's finalizer
-    holds it, never a window, its runner or a model, so a B freed after its window closed (a job let
-    go held it) is handed back too and keeps nothing alive."""
-
-    freed = Signal()  # a B was freed, on whichever thread dropped it last
-
-    def __init__(self):
-        super().__init__()
-        # queued even from the main thread: the finalizer runs before B's arrays are freed
-        self.freed.connect(self._release, Qt.ConnectionType.QueuedConnection)
-
-    def watch(self, b) -> None:
-        """Hand B's memory back once B is freed (from any thread)."""
-        weakref.finalize(b, _freed, self).atexit = False
-
-    def _release(self) -> None:
-        # the trim walks every arena: a thread of its own, not the window's runner (it may be gone)
-        threading.Thread(target=_trim, name="attnviz-release-memory", daemon=True).start()
+def release_when_freed(b, relay) -> None:
+    """Hand the pages B held back to the system once B is freed, on whichever thread drops it last
+    (tuning.release_free_memory: glibc keeps the freed arenas of the pool's threads resident
+    otherwise, B's memory staying with the process; nothing with another C library). B's finalizer
+    holds the app's relay, which lives on the main thread for good, never a window, its runner or a
+    model: a B freed after its window closed (a job let go held it) is handed back too and keeps
+    nothing alive. The relay runs the release queued, after B's arrays are freed."""
+    weakref.finalize(b, relay.call_soon, _release).atexit = False
 
 
-def _freed(release: MemoryRelease) -> None:
-    if shiboken6.isValid(release):  # (else Python is closing down)
-        release.freed.emit()
+def _release() -> None:
+    # the trim walks every arena: a thread of its own, not the window's runner (it may be gone)
+    threading.Thread(target=_trim, name="attnviz-release-memory", daemon=True).start()
 
 
 def _trim() -> None:
     from attnviz.ui.machinery import tuning
 
     tuning.release_free_memory()
-
-
-_RELEASE: MemoryRelease | None = None
-
-
-def memory_release() -> MemoryRelease:
-    """The app's MemoryRelease, made on the main thread the first time it is asked."""
-    global _RELEASE
-    if _RELEASE is None:
-        assert threading.current_thread() is threading.main_thread(), "made on the main thread"
-        _RELEASE = MemoryRelease()
-    return _RELEASE

@@ -29,7 +29,7 @@ compared once per B, on the probe ('compare-probe'), which does not depend on th
 keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
-model A, frees B and hands the memory it held back to the system (compare_b.MemoryRelease)."""
+model A, frees B and hands the memory it held back to the system (compare_b.release_when_freed)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
-from attnviz.ui.machinery.compare_b import load_b, memory_release
+from attnviz.ui.machinery.compare_b import load_b
+from attnviz.ui.machinery.job import shared_relay
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.errors import Cancelled
@@ -183,8 +184,8 @@ class CompareJobs(QObject):
         self.loading = source
         self.note = f"Loading {source.describe(a.name)}…"
         self.sigChanged.emit()
-        release = memory_release()  # (made here, on the main thread: B may be freed on any)
-        self.worker.submit(LOAD_KIND, lambda: load_b(a, source, release), self._on_loaded, (a, source), THREAD)
+        relay = shared_relay()  # (asked for here, on the main thread: B may be freed on any)
+        self.worker.submit(LOAD_KIND, lambda: load_b(a, source, relay), self._on_loaded, (a, source), THREAD)
 
     def _on_loaded(self, request, value, error) -> None:
         a, source = request
@@ -227,7 +228,7 @@ class CompareJobs(QObject):
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this, once the jobs let go now have
-        ended), the pages its arrays held then handed back to the system (compare_b.MemoryRelease),
+        ended), the pages its arrays held then handed back to the system (compare_b.release_when_freed),
         its jobs dropped."""
         for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)

@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable
 
 import shiboken6
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 
 from attnviz.engine.errors import AttnvizError
 from attnviz.ui.machinery.tuning import without_frames
@@ -44,11 +44,24 @@ class Relay(QObject):
 
     done = Signal(object, object, object)  # job, value, error
     sent = Signal(object, object)  # slot (a QObject's method), args: a job's message on its way (Runner.post)
+    called = Signal(object)  # a plain function, held by nothing else, on its way (call_soon)
 
     def __init__(self):
         super().__init__()
         self.done.connect(self._deliver)
         self.sent.connect(self._send)
+        # queued even from the main thread: a caller amid a finalizer runs before the object's
+        # arrays are freed, and what it asks for must come after
+        self.called.connect(self._call, Qt.ConnectionType.QueuedConnection)
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        """fn() on the main thread once its event loop next turns, asked from any thread (a
+        finalizer's included); nothing once Python is closing down and the relay is deleted."""
+        if shiboken6.isValid(self):
+            emit_from_job(self, self.called, fn)
+
+    def _call(self, fn) -> None:
+        fn()
 
     def _deliver(self, job: Job, value, error) -> None:
         worker = job.owner

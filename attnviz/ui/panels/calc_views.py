@@ -12,7 +12,9 @@ from dataclasses import fields
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem
+from PySide6.QtWidgets import (
+    QAbstractItemView, QGraphicsItem, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
+)
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
@@ -142,9 +144,13 @@ class KVPlot(pg.PlotWidget):
         self.addLegend(offset=(8, 8), labelTextColor=TEXT)
         self.curves = {key: self.plot([], [], pen=pg.mkPen(color, width=2), name=key)
                        for key, color in CURVE_COLORS.items()}
+        # the label on the plot's background: near 0 the steepest curve climbs through its room
         self.sentence_marker = pg.InfiniteLine(
             angle=90, movable=False, pen=pg.mkPen("#fdd663", width=1.5),
-            label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)]})
+            label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)],
+                                         "fill": BACKGROUND})
+        # (its line over its background, still above the curves: the line stays whole beside it)
+        self.sentence_marker.label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemStacksBehindParent)
         self.max_marker = pg.InfiniteLine(
             angle=90, movable=False, pen=pg.mkPen(TEXT, width=1, style=Qt.PenStyle.DashLine),
             label="max", labelOpts={"position": 0.6, "color": TEXT, "anchors": [(1, 0), (1, 0)]})

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.reading import textbook
 from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.numbers import minus_signs
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
 from attnviz.ui.views.column_fit import ColumnFit, text_margins
 
@@ -43,7 +44,8 @@ def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where 
 
 class Decimals(QStyledItemDelegate):
     """A table's numbers as it paints them: every float with the same number of decimals (0.800 beside
-    0.876, never 0.8), ints as they are; the items keep the numbers, so columns sort as numbers."""
+    0.876, never 0.8), the minus as "−" as the window writes it, ints as they are; the items keep the
+    numbers, so columns sort as numbers (and Ctrl+C copies a number a program reads back)."""
 
     def __init__(self, digits: int = 3, parent=None):
         super().__init__(parent)
@@ -51,7 +53,7 @@ class Decimals(QStyledItemDelegate):
 
     def displayText(self, value, locale):
         if isinstance(value, float):
-            return f"{value:.{self.digits}f}"
+            return minus_signs(f"{value:.{self.digits}f}")
         return super().displayText(value, locale)
 
 
@@ -63,7 +65,7 @@ class Compact(Decimals):
         text = super().displayText(value, locale)
         if isinstance(value, float):
             return text.replace("0.", ".", 1) if text.startswith("0.") else \
-                text.replace("-0.", "-.", 1) if text.startswith("-0.") else text
+                text.replace("\u22120.", "\u2212.", 1) if text.startswith("\u22120.") else text
         return text
 
 

@@ -16,13 +16,21 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import minus_signs, signed
 
 
 ICL_COLOR, INDUCTION_COLOR = "#d95f02", "#1b9e77"  # the two curves, their axes and markers
 ICL_PEN = pg.mkPen(ICL_COLOR, width=2)
 INDUCTION_PEN = pg.mkPen(INDUCTION_COLOR, width=2)
 PLOT_HEIGHT = 150
+
+
+class SignedAxis(pg.AxisItem):
+    """An axis whose ticks write the minus as "−", as every number in the window (the ICL score
+    falls below 0)."""
+
+    def tickStrings(self, values, scale, spacing):
+        return [minus_signs(t) for t in super().tickStrings(values, scale, spacing)]
 
 
 class TrainingPanel(QWidget):
@@ -38,7 +46,7 @@ class TrainingPanel(QWidget):
         self.score_label = QLabel()
         self.score_label.setStyleSheet("color: #555;")
 
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = pg.PlotWidget(background="w", axisItems={"left": SignedAxis("left")})
         self.plot.setFixedHeight(PLOT_HEIGHT)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
