@@ -107,7 +107,7 @@ def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None
 def copying_map(view: CircuitsView) -> headmap.HeadMap | None:
     if view.copying is None:
         return None
-    return headmap.HeadMap("OV copying score: Re(Σλ) / Σ|λ| of W_E W_V W_O W_U (1: copies)",
+    return headmap.HeadMap("OV copying score: Re(Σλ) / Σ|λ| of W_E W_V W_O W_U (1:\u00a0copies)",
                            np.asarray(view.copying), "copying", view.kv_group, focus=view.focus)
 
 
