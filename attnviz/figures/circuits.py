@@ -80,7 +80,7 @@ class CircuitsView:
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")
         else:
-            out.append(f"{name}'s top partners among earlier heads:")
+            out.append(f"{name}'s top partners among earlier heads (composition score, 0 to 1):")
             for mode in MODES:
                 items = [f"{head_title(l, h)} {s:.3f}" + (f" [{self.badges.get((l, h))}]"
                                                           if self.badges.get((l, h)) else "")
@@ -88,7 +88,7 @@ class CircuitsView:
                 out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
         if self.ov is not None:
             layer, head, _tid, text, top = self.ov
-            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes: "
+            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes, in logits: "
                        + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top))
         return out
 
