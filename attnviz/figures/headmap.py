@@ -275,8 +275,14 @@ def wrap(text: str, font, width: float, most: int = TITLE_LINES) -> tuple[tuple[
     the last ending in an ellipsis where more would be needed (a word wider than a line, too). ->
     (the lines, whether they hold the text whole)."""
     fm = QFontMetricsF(font)
+    words: list[str] = []
+    for word in text.split(" "):  # a number keeps the word after it ("3.123 nats", "L1 H0")
+        if words and words[-1][-1:].isdigit() and word[:1].isalpha():
+            words[-1] += " " + word
+        else:
+            words.append(word)
     lines: list[str] = []
-    for word in text.split(" "):
+    for word in words:
         if lines and fm.horizontalAdvance(lines[-1] + " " + word) <= width:
             lines[-1] += " " + word
         else:

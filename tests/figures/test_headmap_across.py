@@ -107,3 +107,16 @@ def test_a_caption_wider_than_the_map_wraps_then_ends_in_an_ellipsis_and_reads_w
         assert all(QFontMetricsF(figure_font(10)).horizontalAdvance(s) <= width - 8 for s in shown)
         assert shown[-1].endswith("\u2026") == cut and (cut or " ".join(shown) == whole)
         assert headmap.whole_title(hm, lay) == f"t\n{whole}"
+
+
+def test_a_wrapped_title_keeps_each_number_with_its_unit(qapp):
+    """A title wrapped to the panel's width breaks between words, never between a number and the
+    word after it (the ablation scan's "baseline 3.123 nats" read "3.123" at a line's end)."""
+    hm = _map()
+    hm = headmap.HeadMap("Ablation scan: \u0394 loss when one head is zeroed (baseline 3.123 nats)",
+                         hm.values, "nats")
+    for width in range(240, 520, 10):
+        lines = headmap.layout(hm, width, 900).title_lines
+        assert " ".join(lines) == hm.title, (width, lines)
+        for line, after in zip(lines, lines[1:]):
+            assert not (line[-1].isdigit() and after[0].isalpha()), (width, lines)
