@@ -80,7 +80,7 @@ class CircuitsView:
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")
         else:
-            out.append(f"{name}'s top partners among earlier heads:")
+            out.append(f"{name}'s top partners among earlier heads (composition score, 0 to 1):")
             for mode in MODES:
                 items = [f"{head_title(l, h)} {s:.3f}" + (f" [{self.badges.get((l, h))}]"
                                                           if self.badges.get((l, h)) else "")
@@ -88,7 +88,7 @@ class CircuitsView:
                 out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
         if self.ov is not None:
             layer, head, _tid, text, top = self.ov
-            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes: "
+            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes, in logits: "
                        + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top))
         return out
 
@@ -107,7 +107,7 @@ def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None
 def copying_map(view: CircuitsView) -> headmap.HeadMap | None:
     if view.copying is None:
         return None
-    return headmap.HeadMap("OV copying score: Re(Σλ) / Σ|λ| of W_E W_V W_O W_U (1: copies)",
+    return headmap.HeadMap("OV copying score: Re(Σλ) / Σ|λ| of W_E W_V W_O W_U (1:\u00a0copies)",
                            np.asarray(view.copying), "copying", view.kv_group, focus=view.focus)
 
 

@@ -30,6 +30,9 @@ VIEWS = ("prediction", "lens", "dla")
 CLEAN_BAR = QColor("#4c78a8")
 CHANGED_BAR = QColor(WARNING)  # the changed run, as the window marks it
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
+# what DLA's cells under the map hold (their hover says it beside the number)
+DLA_NOTES = ("the embeddings' direct path: the first residual stream, through no layer",
+             "attention output biases and the final norm's bias, summed; 0 where the model has none")
 MAP_WIDTH = 520  # the DLA map's design width (its cells and text scale together from it)
 
 
@@ -179,7 +182,8 @@ def head_map(view: EffectsView) -> headmap.HeadMap:
     return headmap.HeadMap(
         f"DLA: logit({a.label(d.target)}) − logit({a.label(d.alt)}) = {signed(d.logit_diff, 3)}; "
         f"parts add to {signed(d.total(), 3)}", np.asarray(d.heads), "logit", view.kv_group,
-        ("MLP", np.asarray(d.mlp)), (("embed", d.embed), ("bias", d.bias)), tuple(a.ablation.heads))
+        ("MLP", np.asarray(d.mlp)), (("embed", d.embed), ("bias", d.bias)), tuple(a.ablation.heads),
+        notes=DLA_NOTES)
 
 
 def _rows(view: EffectsView) -> int:

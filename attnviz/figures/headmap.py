@@ -23,6 +23,7 @@ from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
 from attnviz.figures.numbers import signed
 
+TITLE_LINES = 2  # the title, and the caption under it, each wrap to at most this many lines
 TEXT_DARK = TEXT  # the paper ink (render.py): the maps are drawn on white, in the window too
 GRID_LINE = QColor(0, 0, 0, 40)
 MARK = QColor(ERROR)  # a switched-off head: crossed out
@@ -40,6 +41,7 @@ class HeadMap:
     marked: tuple = ()  # (layer, head) crossed out (switched off)
     focus: tuple | None = None  # (layer, head) outlined
     nonnegative: bool = False  # values never below 0 (a divergence): only white (0) .. red is used
+    notes: tuple = ()  # what each bottom-row cell is, for its hover (one per extra, or none)
 
     def scale_text(self) -> str:
         """What the colours mean, for the caption, with the cells beyond the heads' limit (an MLP,
@@ -80,6 +82,9 @@ class HeadMapLayout:
     across: bool = False  # layers left to right, heads top to bottom (layout_fit's wide boxes)
     x_layers: np.ndarray | None = None  # across: [n_layer] left edge of each layer's column
     y_heads: np.ndarray | None = None  # across: [n_head] top of each head's row
+    title_lines: tuple = ()  # the title as painted, a line each (heading: at most TITLE_LINES)
+    caption_lines: tuple = ()  # the caption under it, likewise
+    heading_whole: tuple = (True, True)  # whether the title, the caption is painted whole
 
     def origin(self, layer: int, head: int) -> tuple[float, float]:
         """The top-left corner of head (layer, head)'s cell."""
@@ -113,12 +118,13 @@ def layout_across(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     n_gaps = len({int(g) for g in groups.reshape(-1)}) - 1
     fm = QFontMetricsF(figure_font(11))
     left = fm.horizontalAdvance("H00 ") + 4
-    title_h = fm.height() * 3 + 6  # two lines of title, one of layer names
+    lines, captions, whole = heading(hm, width, across=True)
+    title_h = fm.height() * (len(lines) + len(captions) + 1) + 6  # the heading, a line of layer names
     cell = max(2.0, min((width - left - 6) / max(n_layer, 1),
                         (height - title_h - 6) / max(n_head + 0.4 * n_gaps, 1)))
     ys = _gapped(title_h, groups, cell)
     return HeadMapLayout(int(width), int(height), cell, np.zeros(0), np.zeros(0), 0.0, [], title_h,
-                         left, True, left + np.arange(n_layer) * cell, ys)
+                         left, True, left + np.arange(n_layer) * cell, ys, lines, captions, whole)
 
 
 def layout_fit(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
@@ -138,7 +144,8 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     n_gaps = len({int(g) for g in np.asarray(groups).reshape(-1)}) - 1  # (np.unique imports numpy.ma)
     fm = QFontMetricsF(figure_font(11))
     left = fm.horizontalAdvance("L00 ") + 4
-    title_h = fm.height() * 3 + 6  # two lines of title, one of head names
+    lines, captions, whole = heading(hm, width, across=False)
+    title_h = fm.height() * (len(lines) + len(captions) + 1) + 6  # the heading, a line of head names
     n_cols = n_head + (1.4 if hm.column is not None else 0) + 0.4 * n_gaps
     n_rows = n_layer + (1.6 if hm.extras else 0)
     cell = max(2.0, min((width - left - 6) / max(n_cols, 1), (height - title_h - 6) / max(n_rows, 1)))
@@ -148,11 +155,12 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     extras = []
     y = title_h + (n_layer + 0.6) * cell
     ex = left
-    w_extra = max(cell * 2.5, fm.horizontalAdvance("embed") + 8)
+    w_extra = max([cell * 2.5] + [fm.horizontalAdvance(extra_label(name, v)) + 8 for name, v in hm.extras])
     for _ in hm.extras:
         extras.append(QRectF(ex, y, w_extra, cell))
         ex += w_extra + 0.4 * cell
-    return HeadMapLayout(int(width), int(height), cell, xs, ys, x_column, extras, title_h, left)
+    return HeadMapLayout(int(width), int(height), cell, xs, ys, x_column, extras, title_h, left,
+                         title_lines=lines, caption_lines=captions, heading_whole=whole)
 
 
 def colour(value: float, lim: float) -> QColor:
@@ -188,9 +196,10 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     p.setFont(figure_font(11, bold=True))
     p.setPen(text)
     lh = QFontMetricsF(figure_font(11)).height()
-    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, title_shown(hm, lay))
-    p.setFont(figure_font(10))
-    p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, caption_shown(hm, lay))
+    for i, line in enumerate(lay.title_lines + lay.caption_lines):
+        if i == len(lay.title_lines):
+            p.setFont(figure_font(10))
+        p.drawText(QRectF(4, 2 + i * lh, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, line)
     p.setPen(Qt.PenStyle.NoPen)
     table = colour_table()
     cells = colour_indices(hm.values, lim)  # [n_layer, n_head] (one NumPy pass: a map repaints per keystroke)
@@ -210,10 +219,10 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
         _paint_across_labels(p, lay, f, n_layer, n_head)
     else:
         _paint_down_labels(p, hm, lay, f, n_layer, n_head)
-    for r, (name, _v) in zip(lay.extra_rects, hm.extras):
-        light = abs(_v) < 0.6 * lim if lim > 0 else _v == 0  # (the cell's colour: colour_indices)
+    for r, (name, v) in zip(lay.extra_rects, hm.extras):
+        light = abs(v) < 0.6 * lim if lim > 0 else v == 0  # (the cell's colour: colour_indices)
         p.setPen(QColor(Qt.GlobalColor.black) if light else QColor(Qt.GlobalColor.white))
-        p.drawText(r, Qt.AlignmentFlag.AlignCenter, name)
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter, extra_label(name, v))
     # switched-off heads crossed out, the focused head outlined
     pen = QPen(MARK, max(1.5, c * 0.12))
     p.setPen(pen)
@@ -261,24 +270,65 @@ def _paint_down_labels(p: QPainter, hm: HeadMap, lay: HeadMapLayout, f, n_layer:
                           QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, hm.column[0])
 
 
+def wrap(text: str, font, width: float, most: int = TITLE_LINES) -> tuple[tuple[str, ...], bool]:
+    """`text` broken at spaces into lines no wider than `width` in `font`, at most `most` of them,
+    the last ending in an ellipsis where more would be needed (a word wider than a line, too). ->
+    (the lines, whether they hold the text whole)."""
+    fm = QFontMetricsF(font)
+    words: list[str] = []
+    for word in text.split(" "):  # a number keeps the word after it ("3.123 nats", "L1 H0")
+        if words and words[-1][-1:].isdigit() and word[:1].isalpha():
+            words[-1] += " " + word
+        else:
+            words.append(word)
+    lines: list[str] = []
+    for word in words:
+        if lines and fm.horizontalAdvance(lines[-1] + " " + word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    whole = len(lines) <= most and all(fm.horizontalAdvance(line) <= width for line in lines)
+    if len(lines) > most:
+        lines[most - 1:] = [" ".join(lines[most - 1:])]
+    cut = [fm.elidedText(line, Qt.TextElideMode.ElideRight, width) for line in lines]
+    return tuple(cut), whole
+
+
+def heading(hm: HeadMap, width: float, across: bool):
+    """The title and the caption wrapped to a picture `width` wide: (title lines, caption lines,
+    (title whole, caption whole))."""
+    room = max(1.0, width - 8)
+    title, title_whole = wrap(hm.title, figure_font(11, bold=True), room)
+    lines, lines_whole = wrap(_caption(hm, across), figure_font(10), room)
+    return title, lines, (title_whole, lines_whole)
+
+
+def extra_label(name: str, value: float) -> str:
+    """A bottom-row cell's text: its name and its number (a cell near 0 is near white: the colour
+    alone says little)."""
+    return f"{name} {signed(float(value), 3)}"
+
+
 def title_shown(hm: HeadMap, lay: HeadMapLayout) -> str:
-    """The title as the picture paints it: a title wider than the picture ends in an ellipsis, not
-    cut mid-letter (its views give it whole on hover: on_title)."""
-    fm = QFontMetricsF(figure_font(11, bold=True))
-    return fm.elidedText(hm.title, Qt.TextElideMode.ElideRight, lay.width - 8)
+    """The title as the picture paints it, its lines joined: wrapped to two lines, a longer one ends
+    in an ellipsis, not cut mid-letter (its views give it whole on hover: on_title)."""
+    return hm.title if lay.heading_whole[0] else " ".join(lay.title_lines)
 
 
-def caption(hm: HeadMap, lay: HeadMapLayout) -> str:
-    """The line under the title: what the colours mean (HeadMap.scale_text) and the axes."""
-    return (hm.scale_text() + ("; columns layers, rows heads" if lay.across else "; rows layers, columns heads")
+def _caption(hm: HeadMap, across: bool) -> str:
+    return (hm.scale_text() + ("; columns layers, rows heads" if across else "; rows layers, columns heads")
             + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
 
 
+def caption(hm: HeadMap, lay: HeadMapLayout) -> str:
+    """The lines under the title: what the colours mean (HeadMap.scale_text) and the axes."""
+    return _caption(hm, lay.across)
+
+
 def caption_shown(hm: HeadMap, lay: HeadMapLayout) -> str:
-    """The caption as the picture paints it: wider than the picture, it ends in an ellipsis (not cut
-    mid-letter; whole on hover: whole_title)."""
-    return QFontMetricsF(figure_font(10)).elidedText(caption(hm, lay), Qt.TextElideMode.ElideRight,
-                                                     lay.width - 8)
+    """The caption as the picture paints it, its lines joined (wrapped as the title is; whole on
+    hover: whole_title)."""
+    return caption(hm, lay) if lay.heading_whole[1] else " ".join(lay.caption_lines)
 
 
 def whole_title(hm: HeadMap, lay: HeadMapLayout) -> str:
@@ -288,7 +338,8 @@ def whole_title(hm: HeadMap, lay: HeadMapLayout) -> str:
 
 
 def on_title(lay: HeadMapLayout, y: float) -> bool:
-    """Whether height `y` is on the title's two lines (the hover there reads them whole)."""
+    """Whether height `y` is on the title's and the caption's lines (the hover there reads them
+    whole)."""
     return 0 <= y < lay.title_h - QFontMetricsF(figure_font(11)).height()
 
 
@@ -323,7 +374,8 @@ def readout(hm: HeadMap, what) -> str:
     if what[0] == "column":
         return f"L{what[1]} {hm.column[0]}: {signed(float(hm.column[1][what[1]]))} {hm.unit}"
     name, v = hm.extras[what[1]]
-    return f"{name}: {signed(float(v))} {hm.unit}"
+    note = hm.notes[what[1]] if what[1] < len(hm.notes) else ""
+    return f"{name}: {signed(float(v))} {hm.unit}" + (f" ({note})" if note else "")
 
 
 def cell_center(hm: HeadMap, lay: HeadMapLayout, layer: int, head: int) -> tuple[float, float]:

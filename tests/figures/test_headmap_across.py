@@ -84,15 +84,15 @@ def test_the_caption_names_the_cells_drawn_clipped_at_the_heads_limit(qapp):
     assert headmap.colour(-4.2, hm.limit) == headmap.colour(-0.4, hm.limit)  # (why it must be said)
 
 
-def test_a_caption_wider_than_the_map_ends_in_an_ellipsis_and_reads_whole_on_hover(qapp, monkeypatch):
-    """The line under the title (what the colours mean, which cells are clipped, the axes) is cut
-    with "…" where the box is narrow, never mid-letter past the picture's edge; the hover over the
-    title's lines gives it whole."""
+def test_a_caption_wider_than_the_map_wraps_then_ends_in_an_ellipsis_and_reads_whole_on_hover(qapp, monkeypatch):
+    """The lines under the title (what the colours mean, which cells are clipped, the axes) wrap to
+    two where the box is narrow, and the second is cut with "…" where two are too few, never
+    mid-letter past the picture's edge; the hover over the title's lines gives it whole."""
     from PySide6.QtGui import QFontMetricsF
 
     from attnviz.figures.render import figure_font
     hm = _map(column=("MLP", np.full(30, 5.0)), extras=(("embed", 7.0),))
-    for width, cut in ((900, False), (330, True)):
+    for width, n_lines, cut in ((900, 1, False), (330, 2, False), (200, 2, True)):
         lay = headmap.layout(hm, width, 900)
         said = []
         image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
@@ -102,7 +102,21 @@ def test_a_caption_wider_than_the_map_ends_in_an_ellipsis_and_reads_whole_on_hov
         p.end()
         whole = headmap.caption(hm, lay)
         assert "clipped" in whole and "rows layers, columns heads" in whole
-        shown = said[1]  # (the title, then the caption)
-        assert QFontMetricsF(figure_font(10)).horizontalAdvance(shown) <= width - 8
-        assert (shown != whole and shown.endswith("\u2026")) == cut and (cut or shown == whole)
+        shown = said[1:1 + n_lines]  # (the title, then the caption's lines)
+        assert list(lay.caption_lines) == shown
+        assert all(QFontMetricsF(figure_font(10)).horizontalAdvance(s) <= width - 8 for s in shown)
+        assert shown[-1].endswith("\u2026") == cut and (cut or " ".join(shown) == whole)
         assert headmap.whole_title(hm, lay) == f"t\n{whole}"
+
+
+def test_a_wrapped_title_keeps_each_number_with_its_unit(qapp):
+    """A title wrapped to the panel's width breaks between words, never between a number and the
+    word after it (the ablation scan's "baseline 3.123 nats" read "3.123" at a line's end)."""
+    hm = _map()
+    hm = headmap.HeadMap("Ablation scan: \u0394 loss when one head is zeroed (baseline 3.123 nats)",
+                         hm.values, "nats")
+    for width in range(240, 520, 10):
+        lines = headmap.layout(hm, width, 900).title_lines
+        assert " ".join(lines) == hm.title, (width, lines)
+        for line, after in zip(lines, lines[1:]):
+            assert not (line[-1].isdigit() and after[0].isalpha()), (width, lines)

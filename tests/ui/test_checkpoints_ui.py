@@ -12,6 +12,7 @@ from PySide6.QtCore import QSettings
 
 from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures.data import open_sidecar
+from attnviz.figures.numbers import signed
 from attnviz.ui.app import create_window
 from windows import scores_settled, toy_window
 from attnviz.engine.computing.request import RunRequest
@@ -53,6 +54,9 @@ def test_the_panel_shows_for_a_model_with_checkpoints_at_the_last_step(window):
     assert st.checkpoint == n - 1 and st.model is st.checkpoints.base
     last = st.checkpoints.infos[-1]
     assert f"step {last.step:,}" in panel.step_label.text()
+    said = panel.score_label.text()  # both losses with their unit, as the curves' axis has it
+    assert f"training loss {last.train_loss:.3f} nats" in said
+    assert f"ICL score {signed(last.icl_score, 3)} nats" in said
     assert panel.marker.value() == last.step
     xs, ys = panel.induction_curve.getData()
     assert len(xs) == n and ys[-1] == pytest.approx(last.induction_score)

@@ -19,6 +19,7 @@ from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import models_pair
+from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.registry import TOY_MODEL, resolve
 from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
@@ -108,6 +109,12 @@ def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
     flip = next(f for f in c.doc["flips"] if f["position"] == t)  # tokens as the strip labels them
     assert f"token {t} '{c.result.labels[t]}'" in panel.strip.toolTip()
     assert f"A '{flip['a_token']}', B '{flip['b_token']}'" in panel.strip.toolTip()
+    # the summary under the strip says what its frames and bars are, and the unit of each number
+    said = panel.summary.text()
+    jsd = np.asarray(c.doc["heads_jsd"])
+    l, h = np.unravel_index(int(np.argmax(jsd)), jsd.shape)
+    assert f"moved most {head_title(int(l), int(h))} ({jsd[l, h]:.4f} bits)" in said
+    assert f"({len(c.doc['flips'])} flips: framed red in the strip above, each token's bar its KL)" in said
 
 
 def test_the_jsd_map_focuses_a_head_and_typing_is_followed(window, qtbot, nudged):

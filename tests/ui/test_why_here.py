@@ -273,7 +273,7 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
             assert abs(got.red() - want.red()) + abs(got.green() - want.green()) + abs(got.blue() - want.blue()) < 12
     # a token picked in the strip: what the focused head writes for it
     st.set_query(1)
-    qtbot.waitUntil(lambda: "writes:" in panel.ov.text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: "writes, in logits:" in panel.ov.text(), timeout=WAIT)
     top = C.ov_top(st.model, L - 1, 0, int(st.result.input_ids[1]), 10)
     assert f"'{top[0][1]}'" in panel.ov.text()
     png, side = panel.export_to(str(tmp_path / "c.png"))

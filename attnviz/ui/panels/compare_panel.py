@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 from PySide6.QtWidgets import (
     QButtonGroup,
     QHBoxLayout,
@@ -36,6 +36,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
+from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.ui.panels import compare_export
@@ -43,6 +44,7 @@ from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
+MAP_HEIGHT = 160  # the JSD map's least height (cells large enough to click with a two-line heading)
 BAR_W, FOCUS_BAR_W = 70, 70  # px right of the tiles for the colour bar and its labels, at the least
 
 
@@ -146,7 +148,7 @@ class ComparePanel(QWidget):
         modes.addWidget(self.stop_button)
         self.tiles = Canvas(self._paint_tiles, 220, fit=self._tiles_fit)
         self.tiles.hover = self._tile_readout
-        self.map = Canvas(self._paint_map, 160)
+        self.map = Canvas(self._paint_map, MAP_HEIGHT, fit=self._map_fit)
         self.map.sigClicked.connect(self._on_map_click)
         self.map.hover = self._map_readout
         self.focus = Canvas(self._paint_focus, 140, fit=self._focus_fit)
@@ -206,7 +208,7 @@ class ComparePanel(QWidget):
         self.export_button.setEnabled(self.doc() is not None)
         self._set_summary()
         self.induction.setText(self.induction_text())
-        for canvas in (self.tiles, self.strip, self.focus):
+        for canvas in (self.tiles, self.strip, self.focus, self.map):
             canvas.refit()
         if self.jobs.comparison is not self._tiles_of() and self.isVisible():
             # a new comparison: the tiles and the strip painted now, in this turn, and the grid's
@@ -253,12 +255,13 @@ class ComparePanel(QWidget):
         jsd = np.asarray(d["heads_jsd"])
         parts = [f"mean head JSD {jsd.mean():.4f} bits"]
         l, h, v = _most_moved(jsd)
-        parts.append(f"moved most {head_title(l, h)} ({v:.4f})")
+        parts.append(f"moved most {head_title(l, h)} ({v:.4f} bits)")
         if d["kld_stats"] is not None:
             s = d["kld_stats"]
             parts.append(f"KL(A\u2016B) mean {s['mean']:.4g}, median {s['median']:.4g}, "
                          f"p99 {s['p99']:.4g}, max {s['max']:.4g} nats")
-            parts.append(f"same top-1 {d['same_top1']:.1%} ({len(d['flips'])} flips)")
+            parts.append(f"same top-1 {d['same_top1']:.1%} ({len(d['flips'])} flips: framed red in the strip "
+                         f"above, each token's bar its KL)")
         return "; ".join(parts)
 
     def induction_text(self) -> str:
@@ -339,6 +342,14 @@ class ComparePanel(QWidget):
         n_head = c.b_attentions.shape[1]
         bar_w = self._tiles_bar_w(c, min(self.state.layer, c.b_attentions.shape[0] - 1))
         return F.tiles_height(width - 12 - bar_w, n_head, self._title_side(c)) + 12
+
+    def _map_fit(self, width: int) -> float:
+        """The map's least height, and a line more for each line past two that its title and
+        caption wrap to at `width` (its cells keep their size under a longer heading)."""
+        if self.doc() is None:
+            return 0.0
+        title, caption, _ = headmap.heading(self.head_map(), width, across=True)
+        return MAP_HEIGHT + max(0, len(title) + len(caption) - 2) * QFontMetricsF(figure_font(11)).height()
 
     def _focus_fit(self, width: int) -> float:
         c, focus = self.jobs.comparison, self.state.focus

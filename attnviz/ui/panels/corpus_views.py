@@ -59,6 +59,12 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.setMinimumHeight(220)
         self.vb.sigResized.connect(self.head_ticks)
         self.vb.sigResized.connect(self.fit_title)
+        self._axes_shown(False)  # no scan yet: pyqtgraph's default range would read -400..400 "(x0.001)"
+        self.cbar.setVisible(False)
+
+    def _axes_shown(self, on: bool) -> None:
+        for ax in ("left", "bottom"):
+            self.plot.showAxis(ax, on)
 
     def draw(self, v: np.ndarray, stat: str) -> str:
         """Show `v` [n_layer, n_head], the mean of `stat` per head -> the line that says what has
@@ -71,6 +77,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.cbar.setLevels((0.0, top))
         self.cbar.getAxis("right").setTicks(level_ticks(0.0, top))  # (as every colour bar writes them)
         self.vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
+        self._axes_shown(True)
         self.plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(v.shape[0])]])
         self.n_head = v.shape[1]
         self.head_ticks()

@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.figures import headmap as fig
+from attnviz.figures.effects import DLA_NOTES
 from attnviz.figures.numbers import signed
 
 PAPER = QColor(Qt.GlobalColor.white)  # the maps are drawn as on paper, like the exports
@@ -104,7 +105,7 @@ def dla_map(state, analysis) -> fig.HeadMap:
     kv = state.result.kv_group if state.result is not None else None
     return fig.HeadMap(title, np.asarray(d.heads), "logit", kv, ("MLP", np.asarray(d.mlp)),
                        (("embed", d.embed), ("bias", d.bias)), tuple(analysis.ablation.heads),
-                       state.focus)
+                       state.focus, notes=DLA_NOTES)
 
 
 def scan_map(state, scan, what: str) -> fig.HeadMap:

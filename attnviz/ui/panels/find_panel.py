@@ -132,6 +132,7 @@ class FindPanel(QWidget):
                 box.blockSignals(True)
                 box.setCurrentIndex(pos)
                 box.blockSignals(False)
+                box.lineEdit().setCursorPosition(0)  # (the token's start in sight: fields.py)
             hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         except AttnvizError as exc:  # (a token not in the text; a key a decoder's query cannot see)
             self.find_status.setText(str(exc))

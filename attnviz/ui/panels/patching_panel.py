@@ -31,6 +31,7 @@ from attnviz.figures import patching as fig
 from attnviz.figures.numbers import signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
+from attnviz.ui.views.fields import fill
 
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 LAST, POSITION_MAX = -1, 99_999  # the position box: -1 reads "last token" (any text's last)
@@ -249,7 +250,7 @@ class PatchingPanel(QWidget):
         except InputError as exc:
             _say(self.swapped, str(exc))
             return
-        self.corrupt_box.setText(proposal.text)
+        fill(self.corrupt_box, proposal.text)
         _say(self.swapped, _sentence(proposal.describe()))
 
     def check_lengths(self) -> None:
@@ -376,13 +377,13 @@ class PatchingPanel(QWidget):
     def restore(self, view: dict) -> None:
         """What an exported view's sidecar records: the corrupted text, what was patched, the position
         and the target and alt as asked."""
-        self.corrupt_box.setText(str(view.get("corrupt") or ""))
+        fill(self.corrupt_box, str(view.get("corrupt") or ""))
         if "patch_position" in view:
             at = view["patch_position"]
             self.position_box.setValue(at if isinstance(at, int) and 0 <= at <= POSITION_MAX else LAST)
         for key, edit in (("patch_target", self.target_edit), ("patch_alt", self.alt_edit)):
             if key in view:
-                edit.setText(str(view[key] or ""))
+                fill(edit, str(view[key] or ""))
         if view.get("what") in [self.what_box.itemText(i) for i in range(self.what_box.count())]:
             self.what_box.setCurrentText(view["what"])
         if view.get("direction") in ("denoise", "noise"):

@@ -20,6 +20,7 @@ from attnviz.figures.numbers import minus_signs, signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
+from attnviz.ui.views.fields import fill
 
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
 TOKEN_CHARS = 25  # characters of a target token in the panel's lines (whole in their tooltips)
@@ -148,7 +149,7 @@ class PredictPanel(QWidget):
     def _tokens_follow(self) -> None:
         for edit, text in ((self.target_edit, self.effects.target), (self.alt_edit, self.effects.alt)):
             if edit.text() != text:
-                edit.setText(text)
+                fill(edit, text)
 
     def _tokens_typed(self) -> None:
         self.effects.set_tokens(self.target_edit.text(), self.alt_edit.text())

@@ -132,9 +132,9 @@ class TrainingPanel(QWidget):
         self.step_label.setText(f"step {info.step:,} (checkpoint {info.index} of 0–{n - 1}{tokens})")
         parts = []
         if info.train_loss is not None:
-            parts.append(f"training loss {info.train_loss:.3f}")
+            parts.append(f"training loss {info.train_loss:.3f} nats")  # (cross-entropy, natural log)
         if info.icl_score is not None:
-            parts.append(f"ICL score {signed(info.icl_score, 3)}")
+            parts.append(f"ICL score {signed(info.icl_score, 3)} nats")
         if info.induction_score is not None:
             head = (f" ({head_title(*info.induction_head)})"
                     if info.induction_head else "")

@@ -122,7 +122,7 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
     heads = tuple((layer, h) for h in range(n_head))
     if tile_px > 0:  # titles and captions as tall as their text on screen, not a share of the head
         px = tile_px / T
-        title_h = max(1, round(TITLE_PX / px))
+        title_h = max(1, math.ceil(TITLE_PX / px + focus_margin(T)))  # (a title sits above the frame)
         caption_h = max(1, round(CAPTION_PX / px)) if gs > 1 else 0
     ncols = max(1, min(ncols, n_head))
     col_x = col_dx[:ncols]  # every row as the first: whole KV groups (layer_columns)
