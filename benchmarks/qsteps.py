@@ -20,11 +20,16 @@ in one process, in turns (not a test).
   unembedded before the next step as generate's loop does (_as_generate; the block's first step
   untimed: it follows a read), <= 1.3x the quantised-bytes memory floor: the time one thread takes to
   read the packed bytes the kernels read (blocks, scales, offsets) and nothing else, measured in
-  the same run by a plain read of those arrays themselves (benchmarks/streaming.py): the fastest
-  of every read in the run, 25 after the timed steps, 3 beside each of as many more steps and 3
-  before and after each block, in turns (the machine's memory bandwidth drifts from minute to
-  minute). Beside it, each block against the faster of the reads around it, and each step in
-  turns against the read beside it (the medians of their ratios, no goal). Beside them,
+  the same process by a plain read of those arrays themselves (benchmarks/streaming.py), 3 before
+  and after each block and 25 more (the memory's bandwidth drifts from minute to minute, and
+  differs from one process to the next by more than a code change moves the ratio). Each goal
+  figure is the median over --processes fresh processes, one after another, of each one's
+  (benchmarks/qsteps_processes.py: SmolLM2 loaded anew, these steps alone, against the process's
+  fastest read). The same in this process, in turns with the rest, is named "..., in the main
+  process", no goal (with --processes 0 or 1, the goal's: its floor the fastest of every read in
+  the run, 25 after the timed steps, 3 beside each of as many more steps and 3 around each block).
+  Beside it, each block against the faster of the reads around it (from the processes too), and
+  each step in turns against the read beside it (the medians of their ratios, no goal). Beside them,
   for comparison with earlier runs, the step against the same bytes at the bandwidth of the
   float32 matrix-vector pass over the model's own matrices: no floor (that pass reads well under
   the memory's bandwidth, and the kernels' products beat it).
@@ -46,9 +51,10 @@ in one process, in turns (not a test).
   without them (packing off: every layer float32). Goal: <= 350 MB (the window's RSS after
   typing; the engine's alone is measured here, the window adds Qt's).
 
-    python -m benchmarks.qsteps [--repeat 15] [--threads 1] [--steps-only]
+    python -m benchmarks.qsteps [--repeat 15] [--threads 1] [--processes 3] [--steps-only]
 
---steps-only: the keystroke and the generation steps alone, printed, nothing written.
+--steps-only: the keystroke and the generation steps alone (the processes' too), printed, nothing
+written.
 
 Writes benchmarks/results/qsteps.json (benchmarks/record.py); each figure's note has the machine's
 load average (other work on a shared machine slows both paths, not always alike).
@@ -65,6 +71,7 @@ import numpy as np
 
 from attnviz.engine.computing.request import RunRequest
 from benchmarks.pair_floor import packed_arrays, products_alone, two_threads
+from benchmarks.qsteps_processes import load_smollm2, process_figures, run_children
 from benchmarks.record import figure, write
 from benchmarks.streaming import read_ms
 
@@ -290,21 +297,25 @@ def _as_generate(model, head, ids: list[int], fresh, T: int, rounds: int, arrays
     return steps, ratios, reads, {k: onerow_pair.TAKEN[k] - before[k] for k in before}
 
 
-def _as_generate_figures(T: int, steps, ratios, took, floor: float, load: float) -> list[dict]:
-    """The goal's figures of _as_generate's steps against the run's floor (generation_figures')."""
-    gen = statistics.median(steps)
+def _as_generate_figures(T: int, steps, ratios, took, floor: float, load: float,
+                         goal: bool = True) -> list[dict]:
+    """_as_generate's steps against the run's floor (generation_figures'): the goal's figures, or
+    (goal False: the goal's are the median over fresh processes, qsteps_processes) the same
+    named as this process's, with no goal."""
+    gen, here = statistics.median(steps), "" if goal else ", in the main process"
     where = (f"{len(ratios)} blocks of {BLOCK} steps in a row at T = {T}..{T + BLOCK - 1}, each "
              f"step's last row unembedded before the next as generate's loop does")
     return [
-        figure(f"generation step T = {T}, as generate takes it", gen, "ms", runs=steps,
+        figure(f"generation step T = {T}, as generate takes it{here}", gen, "ms", runs=steps,
                note=f"{where}; two threads with fallback (the pair in {took['pair']} of "
                     f"{sum(took.values())} calls, the blocks' untimed first steps included); "
                     f"median; load average {load:.1f}"),
-        figure(f"generation step T = {T}: as generate takes it / quantised-bytes floor", gen / floor,
-               "x", goal=1.3, headline=T == 64,
+        figure(f"generation step T = {T}: as generate takes it / quantised-bytes floor{here}",
+               gen / floor, "x", goal=1.3 if goal else None, headline=goal and T == 64,
                note=f"{where}; floor {floor:.2f} ms, the fastest plain read of the packed bytes "
-                    f"in the run (the next figures' notes say which reads)"),
-        figure(f"generation step T = {T}: as generate takes it, each block beside its reads",
+                    f"in the run (the next figures' notes say which reads)"
+                    + ("" if goal else "; no goal: the goal's figure is the median over fresh processes")),
+        figure(f"generation step T = {T}: as generate takes it, each block beside its reads{here}",
                statistics.median(ratios), "x", runs=ratios,
                note="each block's median step over the faster of the two reads around it (3 "
                     "each), taken in the same moments: the median of the blocks' ratios; no goal"),
@@ -333,10 +344,11 @@ def _two_thread_figures(store, T: int, floor: float, alone: float, repeat: int) 
     ]
 
 
-def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) -> list[dict]:
+def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
+                       goal: bool = True) -> list[dict]:
     """Generation steps at T: the three ways' medians, against the floors of the bytes a step
     reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
-    bandwidth; the products alone and the unembedding."""
+    bandwidth; the products alone and the unembedding. `goal`: _as_generate_figures'."""
     store = model.weights.layers
     packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
     from attnviz.engine.computing import onerow_pair
@@ -374,7 +386,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
         *_ways_figures(f"generation step T = {T}, {{}}", times, load,
                        f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
                        f"a generation's steps at T = {T}..{T + repeat - 1}"),
-        *_as_generate_figures(T, as_gen, gen_ratios, gen_took, floor, load),
+        *_as_generate_figures(T, as_gen, gen_ratios, gen_took, floor, load, goal),
         figure(f"generation step T = {T}: generate's kernels (two threads with fallback) / "
                f"quantised-bytes floor", gen / floor, "x",
                note=f"the one call as generate and the window's generation take it: on two "
@@ -442,24 +454,11 @@ def main() -> None:
     ap.add_argument("--steps-only", action="store_true",
                     help="the keystroke and generation steps alone, printed (no runs of n rows, no "
                          "RSS, nothing written)")
+    ap.add_argument("--processes", type=int, default=3,
+                    help="fresh processes the goal figures are the median over (0 or 1: this one's)")
     args = ap.parse_args()
-    from threadpoolctl import threadpool_limits
-
-    from attnviz.engine.parallel import limit_kernel_threads
-    threadpool_limits(args.threads, user_api="blas")
     THREADS[0] = args.threads
-    limit_kernel_threads(2)  # (while the kernels warm: the stack's two-thread call compiled too)
-
-    from attnviz.engine.computing import qmatvec as qm
-    from attnviz.engine.computing.load import load_model
-    from attnviz.engine.reading.qpack import ask_for_kernels
-
-    ask_for_kernels()  # as the window does
-    t0 = time.perf_counter()
-    model = load_model("SmolLM2-135M-Instruct")
-    load_s = time.perf_counter() - t0
-    warm = qm.warm([qm.Q.Q4_1])
-    limit_kernel_threads(args.threads)
+    model, load_s, warm = load_smollm2(args.threads)
     store = model.weights.layers
     packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
     views = store.view_bytes()
@@ -481,7 +480,9 @@ def main() -> None:
     figs += keystroke_figures(model, ids, fresh, args.repeat, args.threads)
     head = model.lm_head()
     for T in (64, 512):
-        figs += generation_figures(model, head, ids, fresh, T, args.repeat)
+        figs += generation_figures(model, head, ids, fresh, T, args.repeat, goal=args.processes < 2)
+    if args.processes >= 2:
+        figs += process_figures(run_children(args.processes, args.repeat, args.threads))
     if args.steps_only:
         return
     from benchmarks.qsteps_rss import rss_figures
