@@ -85,6 +85,7 @@ class HeadMapLayout:
     title_lines: tuple = ()  # the title as painted, a line each (heading: at most TITLE_LINES)
     caption_lines: tuple = ()  # the caption under it, likewise
     heading_whole: tuple = (True, True)  # whether the title, the caption is painted whole
+    extra_texts: tuple = ()  # the bottom row's cells' texts as painted (_extra_texts)
 
     def origin(self, layer: int, head: int) -> tuple[float, float]:
         """The top-left corner of head (layer, head)'s cell."""
@@ -152,15 +153,26 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     xs = _gapped(left, groups, cell)
     x_column = (xs[-1] if n_head else left - cell) + 1.4 * cell
     ys = title_h + np.arange(n_layer) * cell
-    extras = []
+    extras, (texts, w_extra) = [], _extra_texts(hm, fm, cell, width - left - 6)
     y = title_h + (n_layer + 0.6) * cell
     ex = left
-    w_extra = max([cell * 2.5] + [fm.horizontalAdvance(extra_label(name, v)) + 8 for name, v in hm.extras])
     for _ in hm.extras:
         extras.append(QRectF(ex, y, w_extra, cell))
         ex += w_extra + 0.4 * cell
     return HeadMapLayout(int(width), int(height), cell, xs, ys, x_column, extras, title_h, left,
-                         title_lines=lines, caption_lines=captions, heading_whole=whole)
+                         title_lines=lines, caption_lines=captions, heading_whole=whole, extra_texts=texts)
+
+
+def _extra_texts(hm: HeadMap, fm: QFontMetricsF, cell: float, room: float) -> tuple[tuple, float]:
+    """The bottom row's texts and its cells' width: each name with its number where the row fits
+    the room beside the layer names, else the names alone (the hover gives the number), the cells
+    then narrowed to the room where even those do not fit."""
+    gaps = 0.4 * cell * max(len(hm.extras) - 1, 0)
+    for texts in ([extra_label(name, v) for name, v in hm.extras], [name for name, _ in hm.extras]):
+        w = max([cell * 2.5] + [fm.horizontalAdvance(t) + 8 for t in texts])
+        if len(texts) * w + gaps <= room:
+            return tuple(texts), w
+    return tuple(texts), max(cell, (room - gaps) / max(len(texts), 1))
 
 
 def colour(value: float, lim: float) -> QColor:
@@ -219,10 +231,11 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
         _paint_across_labels(p, lay, f, n_layer, n_head)
     else:
         _paint_down_labels(p, hm, lay, f, n_layer, n_head)
-    for r, (name, v) in zip(lay.extra_rects, hm.extras):
+    texts = lay.extra_texts or tuple(extra_label(name, v) for name, v in hm.extras)
+    for r, (_name, v), label in zip(lay.extra_rects, hm.extras, texts):
         light = abs(v) < 0.6 * lim if lim > 0 else v == 0  # (the cell's colour: colour_indices)
         p.setPen(QColor(Qt.GlobalColor.black) if light else QColor(Qt.GlobalColor.white))
-        p.drawText(r, Qt.AlignmentFlag.AlignCenter, extra_label(name, v))
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter, label)
     # switched-off heads crossed out, the focused head outlined
     pen = QPen(MARK, max(1.5, c * 0.12))
     p.setPen(pen)
