@@ -435,3 +435,16 @@ def test_find_shows_its_numbers_rounded_once_and_no_minus_zero(qtbot, textbook_m
         index = table.model().index(row, col)
         return table.itemDelegateForIndex(index).displayText(index.data(), table.locale())
     assert [[shown(row, col) for col in (2, 3)] for row in range(2)] == [["0.000", "0.000"], ["0.123", "0.250"]]
+
+
+def test_find_leaves_the_cursor_of_a_box_whose_text_it_kept(qtbot, minilm):
+    """Find shows a token it resolved from its start, but a box whose text it kept as typed keeps
+    its cursor where the user left it (typing on goes where it was)."""
+    state, panel, worker = _panel(qtbot, minilm)
+    find = panel.find
+    find.set_find("are", "keys@2")
+    edit = find.find_to.lineEdit()
+    edit.setCursorPosition(len(edit.text()))
+    at = edit.cursorPosition()
+    find.run_find()
+    assert find.find_to.currentText() == "keys@2" and edit.cursorPosition() == at > 0

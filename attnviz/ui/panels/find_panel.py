@@ -129,10 +129,12 @@ class FindPanel(QWidget):
             q = F.resolve_token(r, self.find_from.currentText())
             k = F.resolve_token(r, self.find_to.currentText())
             for box, pos in ((self.find_from, q), (self.find_to, k)):
+                typed = box.currentText()
                 box.blockSignals(True)
                 box.setCurrentIndex(pos)
                 box.blockSignals(False)
-                box.lineEdit().setCursorPosition(0)  # (the token's start in sight: fields.py)
+                if box.currentText() != typed:  # (a token resolved: its start in sight, fields.py)
+                    box.lineEdit().setCursorPosition(0)
             hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         except AttnvizError as exc:  # (a token not in the text; a key a decoder's query cannot see)
             self.find_status.setText(str(exc))
