@@ -30,6 +30,7 @@ def _inked_lines(view) -> int:
 def _whole(view) -> None:
     hm, lay = view.map, view.lay
     assert headmap.title_shown(hm, lay) == hm.title
+    assert " ".join(lay.title_lines) == hm.title  # (the painted lines themselves, not the flag)
     assert headmap.caption_shown(hm, lay) == headmap.caption(hm, lay)
     assert _inked_lines(view) == len(lay.title_lines) + len(lay.caption_lines) >= 3
 
