@@ -134,10 +134,11 @@ def run_children(n: int, repeat: int, threads: int) -> list[dict]:
     return children
 
 
-def process_figures(children: list[dict], load: float | None = None) -> list[dict]:
+def process_figures(children: list[dict]) -> list[dict]:
     """The goal's figures (qsteps' names) from the children's (parse_child's): each the median over
-    the processes of each one's, every process's its runs."""
-    load = os.getloadavg()[0] if load is None else load
+    the processes of each one's, every process's its runs; the load average each child read as it
+    ended (the machine while it ran, not after the last)."""
+    loads = ", ".join(f"{c['load_average']:.1f}" for c in children)
     figs, n = [], len(children)
     for T in TS:
         each = [c["steps"][T] for c in children]
@@ -155,7 +156,7 @@ def process_figures(children: list[dict], load: float | None = None) -> list[dic
                    runs=ms, note=f"{where}; each process's median step: "
                                  f"{', '.join(f'{v:.2f} ms' for v in ms)}; two threads with fallback "
                                  f"(the pair in {pair} of {calls} calls, the blocks' untimed first steps "
-                                 f"included); load average {load:.1f}"),
+                                 f"included); load average at each process's end {loads}"),
             figure(f"generation step T = {T}: as generate takes it / quantised-bytes floor",
                    statistics.median(ratios), "x", runs=ratios, goal=1.3, headline=T == 64,
                    note=f"{where}; each process's median step over its own floor (one thread's "
