@@ -174,15 +174,33 @@ def test_table_lists_a_variant_the_model_already_is_once(calc_panel):
     a model that is MHA (or MQA) as given has that row once, labelled as given, as the plot has the curve."""
     select(calc_panel, "gpt2")
     rows = compare_rows(calc_panel)
-    assert [row[:2] for row in rows] == [("as given (MHA)", "12"), ("MQA", "1")]
+    assert [row[:2] for row in rows] == [("as given: MHA", "12"), ("MQA", "1")]
     assert rows[0][4] == "1×" and rows[1][4] == "12×"
     assert calc_panel.compare_table.item(0, 0).toolTip() == "as given: MHA (12 KV heads)"
     select(calc_panel, "falcon-7b")
-    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "71"), ("as given (MQA)", "1")]
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "71"), ("as given: MQA", "1")]
     select(calc_panel, "llama-3-8b")
-    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "32"), ("as given (GQA)", "8"), ("MQA", "1")]
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "32"), ("as given: GQA", "8"), ("MQA", "1")]
     select(calc_panel, "deepseek-v2")  # MLA: a latent, never one of MHA / MQA
-    assert [row[0] for row in compare_rows(calc_panel)] == ["MHA", "as given (MLA)", "MQA"]
+    assert [row[0] for row in compare_rows(calc_panel)] == ["MHA", "as given: MLA", "MQA"]
+
+
+def test_the_table_the_plot_and_the_command_line_name_each_layout_one_way(calc_panel):
+    """A layout's row in the table is named as its curve in the legend and its row in `attnviz calc`
+    (less the KV heads, which the next column counts), and the table's last column is headed as the
+    command line's."""
+    from attnviz.commands.calc_cmd import render_table
+
+    for preset in ("gpt2", "falcon-7b", "llama-3-8b", "deepseek-v2"):
+        select(calc_panel, preset)
+        names, labels = [row[0] for row in compare_rows(calc_panel)], legend_labels(calc_panel)
+        assert len(names) == len(labels), (names, labels)
+        assert all(label == name or label.startswith(name + " (") for name, label in zip(names, labels)), (
+            names, labels)
+        cli = render_table(calc_panel.result, None)
+        assert all(f"  {label}  " in cli for label in labels), (labels, cli)
+    header = calc_panel.compare_table.horizontalHeaderItem(4).text().replace("\n", " ")
+    assert header in cli.split("MHA / as given / MQA")[1].splitlines()[1], (header, cli)
 
 
 def test_loaded_model_fills_the_calculator(calc_panel):
@@ -198,7 +216,7 @@ def test_loaded_model_fills_the_calculator(calc_panel):
     assert legend_labels(calc_panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
     assert len(calc_panel.plot.curves["mha"].getData()[0] or []) == 0
     assert len(calc_panel.plot.curves["gqa"].getData()[0]) > 0
-    assert [row[:2] for row in compare_rows(calc_panel)] == [("as given (MHA)", "12"), ("MQA", "1")]
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("as given: MHA", "12"), ("MQA", "1")]
     calc_panel.set_seq_len(12)
     assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in calc_panel.sentence_label.text()
     # a preset and back
@@ -444,7 +462,7 @@ def test_the_compare_column_and_the_plot_name_the_batch_they_count(calc_panel):
     calc_panel.spins["batch"].setValue(4)
     header = calc_panel.compare_table.horizontalHeaderItem(3).text()
     assert header == "at 8,192 tokens\n× batch 4"
-    given = next(row for row in compare_rows(calc_panel) if row[0] == "as given (GQA)")
+    given = next(row for row in compare_rows(calc_panel) if row[0] == "as given: GQA")
     assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
     assert calc_panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)
 

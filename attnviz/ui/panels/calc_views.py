@@ -25,7 +25,6 @@ from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
 from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
-COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 PLOT_POINTS = 200
 MLA_SET = ("n_kv_head", "d_head")  # the fields MLA sets from the model's ranks, greyed
@@ -106,19 +105,18 @@ class CompareTable(ResultTable):
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
     def __init__(self) -> None:
-        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "vs MHA"], stretch=0)
+        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
-                        "configured, and with a single shared K/V head (MQA).")
+                        "given, and with a single shared K/V head (MQA).")
 
     def show_result(self, r: CalcResult) -> None:
-        kind = r.attention_kind
         # the cache column is the whole batch's, as the KV cache line says
         self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,} tokens\n× batch {r.inputs.batch}")
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
-        # the narrow table names a row briefly; its tooltip is the full label the command line prints
-        self.fill([(COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""), *compare_cells(v))
-                   for key, v in zip(keys, variants)], tooltips=[v.label for v in variants])
+        # a row's name is the plot's and the command line's label less the KV heads its next column
+        # counts; its tooltip is the whole label
+        self.fill([(v.name, *compare_cells(v)) for v in variants], tooltips=[v.label for v in variants])
         for row, key in enumerate(keys):
             self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
 
