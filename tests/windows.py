@@ -103,6 +103,28 @@ def drain_events():
     QCoreApplication.processEvents()
 
 
+def grid_titles_cut(w) -> list[str]:
+    """The layer view's head titles as drawn, each whole (not ended in an ellipsis) and inside the
+    grid's view box, which clips its items (the viewport around it is larger): what is wrong, one
+    line each; a title missing or one too many is wrong too."""
+    from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+    view, shown = w.grid.gw, w.grid.titles()
+    titles = [t for t in view.scene().items()  # the scene's text items that are head titles
+              if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible()
+              and (t.text() in shown or t.toolTip() in shown)]  # (shown short: whole in the tooltip)
+    bad = [] if len(titles) == len(shown) == w.state.model.config.n_head else [
+        f"{len(titles)} titles drawn, {len(shown)} named, {w.state.model.config.n_head} heads"]
+    port = view.mapFromScene(w.grid.vb.sceneBoundingRect()).boundingRect()
+    for t in titles:  # (drawn unscaled in screen pixels: the item's device transform places it)
+        r = t.deviceTransform(view.viewportTransform()).mapRect(t.boundingRect()).toAlignedRect()
+        if "\u2026" in t.text():
+            bad.append(f"{t.text()!r} is cut short of {t.toolTip()!r}")
+        if not port.contains(r):
+            bad.append(f"{t.text()!r} at {r.getRect()} is cut by the grid's view box {port.getRect()}")
+    return bad
+
+
 def hover(widget, pos) -> None:
     """The pointer moved to `pos` (widget coordinates, no button held), delivered to the widget as
     Qt delivers a move (QTest.mouseMove may send none after a click at the same point)."""

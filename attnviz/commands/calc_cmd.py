@@ -236,7 +236,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines.append(_columns(rows))
 
     lines += ["", "MHA / as given / MQA"]
-    rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x batch {i.batch}", "reduction")]
+    rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x batch {i.batch}", "reduction vs MHA")]
     for v in (r.compare[k] for k in shown_variants(r)):
         rows.append((f"  {v.label}", *compare_cells(v)))
     lines.append(_columns(rows))

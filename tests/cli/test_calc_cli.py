@@ -101,7 +101,7 @@ def test_cli_compare_header_names_the_batch_as_the_tab_does(capsys):
     the Calculator tab's words ("at 8,192 tokens × batch 4"), in ASCII."""
     assert main(["calc", "--preset", "smollm2-135m", "--seq-len", "8192", "--batch", "4"]) == 0
     header = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()[1]
-    assert "at 8,192 tokens x batch 4" in header, header
+    assert "at 8,192 tokens x batch 4" in header and header.endswith("reduction vs MHA"), header
 
 
 def test_cli_config_with_a_string_window_is_one_line_not_a_crash(tmp_path, capsys):

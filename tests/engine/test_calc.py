@@ -420,3 +420,5 @@ def test_a_sliding_window_names_its_layers_as_a_sentence_reads():
     assert [window_layers_text(s) for s in ("even", "odd", "all", None, (0, 2, 5), "3", "0,2,5")] == [
         "even layers", "odd layers", "all layers", "all layers", "layers 0, 2, 5", "layers 3",
         "layers 0, 2, 5"]
+    assert [window_layers_text(s, most=3) for s in ((0, 2, 5), (0, 1, 2, 3), "0,1,2,3")] == [
+        "layers 0, 2, 5", "4 listed layers", "4 listed layers"]

@@ -148,3 +148,15 @@ def test_a_find_guide_writes_a_negative_specificity_with_the_bars_minus():
     sample = next(s for s in SAMPLES if s.find == ("are", "keys"))
     g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
     assert "weight 0.10, \u22120.40 against the other queries' mean 0.50" in g.message, g.message
+
+
+def test_a_find_guide_writes_its_arrow_as_the_window_does():
+    # the guide's line is shown in the window, whose token pairs read 'a' → 'b' (the grid's
+    # read-outs, Compare's): the claimed line and the closest-head line alike
+    sample = next(s for s in SAMPLES if s.find == ("are", "keys"))
+    for att in (np.array([[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0],  # 'are' singles out 'keys'
+                          [0.1, 0.8, 0.1, 0.0], [0.5, 0.2, 0.2, 0.1]])[None, None],
+                np.array([[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0],  # it does not
+                          [0.6, 0.1, 0.3, 0.0], [0.2, 0.5, 0.2, 0.1]])[None, None]):
+        g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
+        assert "'·are' \u2192 '·keys'" in g.message and "->" not in g.message, g.message

@@ -29,7 +29,7 @@ def test_the_guides_line_names_query_and_key_as_labelled(smollm2):
     r = smollm2.run(TEXT)
     assert r.labels[3] == "\u00b7'\\" and r.labels[0] == "<E6 9D>"
     g = guide(Sample("t", TEXT, "", find=("'\\", "<E6 9D>")), r)
-    assert ": '\u00b7'\\' -> '<E6 9D>' weight " in g.message, g.message
+    assert ": '\u00b7'\\' \u2192 '<E6 9D>' weight " in g.message, g.message
 
 
 def test_a_vocabulary_that_differs_names_the_token_as_labelled(tiny, tmp_path):

@@ -174,15 +174,76 @@ def test_table_lists_a_variant_the_model_already_is_once(calc_panel):
     a model that is MHA (or MQA) as given has that row once, labelled as given, as the plot has the curve."""
     select(calc_panel, "gpt2")
     rows = compare_rows(calc_panel)
-    assert [row[:2] for row in rows] == [("as given (MHA)", "12"), ("MQA", "1")]
+    assert [row[:2] for row in rows] == [("as given: MHA", "12"), ("MQA", "1")]
     assert rows[0][4] == "1×" and rows[1][4] == "12×"
     assert calc_panel.compare_table.item(0, 0).toolTip() == "as given: MHA (12 KV heads)"
     select(calc_panel, "falcon-7b")
-    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "71"), ("as given (MQA)", "1")]
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "71"), ("as given: MQA", "1")]
     select(calc_panel, "llama-3-8b")
-    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "32"), ("as given (GQA)", "8"), ("MQA", "1")]
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("MHA", "32"), ("as given: GQA", "8"), ("MQA", "1")]
     select(calc_panel, "deepseek-v2")  # MLA: a latent, never one of MHA / MQA
-    assert [row[0] for row in compare_rows(calc_panel)] == ["MHA", "as given (MLA)", "MQA"]
+    assert [row[0] for row in compare_rows(calc_panel)] == ["MHA", "as given: MLA", "MQA"]
+
+
+def test_the_table_the_plot_and_the_command_line_name_each_layout_one_way(calc_panel):
+    """A layout's row in the table is named as its curve in the legend and its row in `attnviz calc`
+    (less the KV heads, which the next column counts), and the table's last column is headed as the
+    command line's."""
+    from attnviz.commands.calc_cmd import render_table
+
+    for preset in ("gpt2", "falcon-7b", "llama-3-8b", "deepseek-v2"):
+        select(calc_panel, preset)
+        names, labels = [row[0] for row in compare_rows(calc_panel)], legend_labels(calc_panel)
+        assert len(names) == len(labels), (names, labels)
+        assert all(label == name or label.startswith(name + " (") for name, label in zip(names, labels)), (
+            names, labels)
+        cli = render_table(calc_panel.result, None)
+        assert all(f"  {label}  " in cli for label in labels), (labels, cli)
+    header = calc_panel.compare_table.horizontalHeaderItem(4).text().replace("\n", " ")
+    assert header in cli.split("MHA / as given / MQA")[1].splitlines()[1], (header, cli)
+
+
+def test_the_sentence_line_says_whose_tokenizer_counted_it_under_another_model(calc_panel):
+    """The sentence's tokens are counted by the loaded model's tokenizer: under that model's own
+    layout the line says only the count; under a preset (another tokenizer) it names whose count it is."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "num_key_value_heads": 2, "max_position_embeddings": 512}
+    calc_panel.set_model_config(cfg, "Toy-7M")
+    calc_panel.set_seq_len(46, "Toy-7M")
+    assert "this sentence: <b>46 tokens →" in calc_panel.sentence_label.text()
+    assert "tokenizer" not in calc_panel.sentence_label.text()
+    select(calc_panel, "deepseek-v3")
+    assert "this sentence: <b>46 tokens</b> (Toy-7M's tokenizer) <b>→" in calc_panel.sentence_label.text()
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(LOADED))
+    assert "tokenizer" not in calc_panel.sentence_label.text()
+
+
+def test_every_presets_notes_are_punctuated_as_the_window_is(calc_panel):
+    """A preset's notes and source under the results write a dash and an arrow as the window does
+    elsewhere (an en dash, "→"), never an ASCII ' - ' or '->'."""
+    for key in load_presets():
+        select(calc_panel, key)
+        text = calc_panel.notes_label.text()
+        assert " - " not in text and "->" not in text, (key, text)
+    select(calc_panel, "deepseek-v2")
+    assert "num_key_value_heads 128 \u2013 meaningless for cache size" in calc_panel.notes_label.text()
+
+
+def test_the_kept_note_names_a_short_list_of_window_layers_and_counts_a_long_one(calc_panel):
+    """Custom numbers keep a listed sliding window: the note names its layers as the command line
+    does where they are few, and counts them where naming them all would run on (Gemma 3)."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+           "num_key_value_heads": 2, "max_position_embeddings": 8192, "sliding_window": 512,
+           "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+    calc_panel.set_model_config(cfg, "Toy-7M")
+    calc_panel.spins["d_model"].setValue(128)
+    assert calc_panel.preset_combo.currentData() == CUSTOM
+    assert "sliding window 512 on layers 0, 2;" in calc_panel.kept_note.text(), calc_panel.kept_note.text()
+    select(calc_panel, "gemma-3-1b")
+    n = len(calc_panel.result.inputs.sliding_window_layers)
+    assert n > 6
+    calc_panel.spins["d_model"].setValue(1024)
+    assert f"sliding window 512 on {n} listed layers;" in calc_panel.kept_note.text(), calc_panel.kept_note.text()
 
 
 def test_loaded_model_fills_the_calculator(calc_panel):
@@ -198,7 +259,7 @@ def test_loaded_model_fills_the_calculator(calc_panel):
     assert legend_labels(calc_panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
     assert len(calc_panel.plot.curves["mha"].getData()[0] or []) == 0
     assert len(calc_panel.plot.curves["gqa"].getData()[0]) > 0
-    assert [row[:2] for row in compare_rows(calc_panel)] == [("as given (MHA)", "12"), ("MQA", "1")]
+    assert [row[:2] for row in compare_rows(calc_panel)] == [("as given: MHA", "12"), ("MQA", "1")]
     calc_panel.set_seq_len(12)
     assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in calc_panel.sentence_label.text()
     # a preset and back
@@ -444,7 +505,7 @@ def test_the_compare_column_and_the_plot_name_the_batch_they_count(calc_panel):
     calc_panel.spins["batch"].setValue(4)
     header = calc_panel.compare_table.horizontalHeaderItem(3).text()
     assert header == "at 8,192 tokens\n× batch 4"
-    given = next(row for row in compare_rows(calc_panel) if row[0] == "as given (GQA)")
+    given = next(row for row in compare_rows(calc_panel) if row[0] == "as given: GQA")
     assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
     assert calc_panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)
 

@@ -156,12 +156,12 @@ def _guide_find(sample: Sample, result) -> Guide:
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
     frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
-    msg = (f"{head_title(top.layer, top.head)}: {frm} -> {to} weight {top.weight:.2f}, "
+    msg = (f"{head_title(top.layer, top.head)}: {frm} \u2192 {to} weight {top.weight:.2f}, "
            f"{_signed(top.specificity)} against the other queries' mean {base:.2f}")
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
         return Guide(top.layer, top.head, True, msg + _others(n))
-    return Guide(top.layer, top.head, False, f"No head singles out {frm} -> {to} here (by "
+    return Guide(top.layer, top.head, False, f"No head singles out {frm} \u2192 {to} here (by "
                  f"{SPECIFICITY_MIN:g} over the other queries). Closest: " + msg + ".")
 
 

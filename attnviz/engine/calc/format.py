@@ -52,12 +52,14 @@ def format_count(n: int | float) -> str:
     return f"{n:g}" if isinstance(n, float) else str(n)
 
 
-def window_layers_text(spec) -> str:
+def window_layers_text(spec, most: int | None = None) -> str:
     """Which layers a sliding window is on, as a sentence reads it: `all layers`, `even layers`,
     `odd layers`, `layers 0, 2, 5` (spec: CalcInputs.sliding_window_layers; indices as a list or
-    as the command line's "0,2,5")."""
+    as the command line's "0,2,5"), or `29 listed layers` for a list longer than `most`."""
     if isinstance(spec, str) and spec not in ("all", "even", "odd", ""):
         spec = [int(p) for p in spec.split(",")]
     if isinstance(spec, (list, tuple)):
+        if most is not None and len(spec) > most:
+            return f"{len(spec)} listed layers"
         return f"layers {', '.join(str(int(i)) for i in spec)}" if spec else "no layers"
     return f"{spec or 'all'} layers"

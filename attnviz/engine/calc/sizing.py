@@ -181,6 +181,11 @@ class Variant:
     kv_bytes_total: int
     reduction_vs_mha: float
 
+    @property
+    def name(self) -> str:
+        """The label less its KV-head count ("as given: GQA"), for a table whose column counts them."""
+        return self.label.split(" (")[0]
+
 
 @dataclass(frozen=True)
 class CalcResult:

@@ -17,7 +17,7 @@ from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
     MLA_SET, CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, footnote_label,
-    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text,
+    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, typeset,
     summary_text, tokens,
 )
 
@@ -70,7 +70,7 @@ class CalcPanel(QWidget):
         self.sentence_len: int | None = None
         self._base: CalcInputs = self.presets[DEFAULT_PRESET].inputs
         self._loaded: CalcInputs | None = None
-        self._loaded_name = ""
+        self._loaded_name, self._counted_by = "", ""  # (the model whose tokenizer counted sentence_len)
         self._base_key = DEFAULT_PRESET  # the preset (or LOADED) the fields were last filled from
         self._saved: dict | None = None  # saved fields shown again once the first model has come
         self._build()
@@ -114,7 +114,7 @@ class CalcPanel(QWidget):
             self.sentence_len = 0 if not self.state.text.strip() else None
             self._show_sentence()
         else:
-            self.set_seq_len(len(result.tokens))
+            self.set_seq_len(len(result.tokens), self.state.model.name if self.state.model else "")
         run = self.state.long.run
         if run is not None and result is run.result and self.state.model is not None:
             # a long text runs apart from the model's KV cache (its cache_bytes are the model's own,
@@ -149,9 +149,9 @@ class CalcPanel(QWidget):
         self._set_item_enabled(0, True)
         self._select(LOADED)
 
-    def set_seq_len(self, T: int) -> None:
-        """The current sentence's token count: updates its KV line and the plot marker only."""
-        self.sentence_len = int(T)
+    def set_seq_len(self, T: int, counted_by: str = "") -> None:
+        """The sentence's token count by `counted_by`'s tokenizer (a model's name): its line and marker."""
+        self.sentence_len, self._counted_by = int(T), counted_by
         self._show_sentence()
 
     def set_live_cache(self, result, model) -> None:
@@ -486,8 +486,8 @@ class CalcPanel(QWidget):
         if key in self.presets:
             p = self.presets[key]
             if p.notes:
-                notes.append(p.notes)
-            notes.append(f"source: {p.source}")
+                notes.append(typeset(p.notes))
+            notes.append(f"source: {typeset(p.source)}")
         notes.append("Shapes are [out, in], as nn.Linear stores them (the Anatomy tab draws the "
                      "same weights [in, out], as x @ W multiplies them); KiB/MiB/GiB = 1024-based.")
         self.notes_label.setText("\n".join(as_sentence(n) for n in notes))
@@ -495,5 +495,6 @@ class CalcPanel(QWidget):
         self._show_sentence()
 
     def _show_sentence(self) -> None:
-        self.sentence_label.setText(sentence_text(self.result, self.sentence_len))
+        of = self._loaded_name if self._base_key == LOADED else ""  # the model whose layout is shown
+        self.sentence_label.setText(sentence_text(self.result, self.sentence_len, self._counted_by, of))
         self.plot.show_sentence(self.result, self.sentence_len)

@@ -25,9 +25,9 @@ from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
 from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
-COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 PLOT_POINTS = 200
+NOTE_LAYERS = 6  # a note lists a sliding window's layers up to this many, counts a longer list
 MLA_SET = ("n_kv_head", "d_head")  # the fields MLA sets from the model's ranks, greyed
 
 
@@ -106,19 +106,18 @@ class CompareTable(ResultTable):
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
     def __init__(self) -> None:
-        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "vs MHA"], stretch=0)
+        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
-                        "configured, and with a single shared K/V head (MQA).")
+                        "given, and with a single shared K/V head (MQA).")
 
     def show_result(self, r: CalcResult) -> None:
-        kind = r.attention_kind
         # the cache column is the whole batch's, as the KV cache line says
         self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,} tokens\n× batch {r.inputs.batch}")
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
-        # the narrow table names a row briefly; its tooltip is the full label the command line prints
-        self.fill([(COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""), *compare_cells(v))
-                   for key, v in zip(keys, variants)], tooltips=[v.label for v in variants])
+        # a row's name is the plot's and the command line's label less the KV heads its next column
+        # counts; its tooltip is the whole label
+        self.fill([(v.name, *compare_cells(v)) for v in variants], tooltips=[v.label for v in variants])
         for row, key in enumerate(keys):
             self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
 
@@ -281,17 +280,23 @@ def flops_text(r: CalcResult) -> str:
     return "<br>".join(lines)
 
 
-def sentence_text(r: CalcResult | None, T: int | None) -> str:
-    """What the current sentence of `T` tokens takes in the KV cache of `r`'s layout (rich text)."""
+def sentence_text(r: CalcResult | None, T: int | None, counted_by: str = "", layout_of: str = "") -> str:
+    """What the current sentence of `T` tokens takes in the KV cache of `r`'s layout (rich text).
+    Its tokens were counted by `counted_by`'s tokenizer: under another model's layout (`layout_of`
+    another name, or a preset's: "") the line names it, as that model's tokenizer may count otherwise."""
     if r is None or T is None:
         return "this sentence: (no sentence yet)"
     if T == 0:
         return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
     batch = f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""
+    whose = f" ({html.escape(counted_by)}'s tokenizer)" if counted_by and counted_by != layout_of else ""
     if not r.inputs.arch.causal:  # an encoder reads every token at once: what a decoder would keep
-        return (f"this sentence: <b>{tokens(T)}</b>; an encoder keeps no KV cache (a decoder of "
+        return (f"this sentence: <b>{tokens(T)}</b>{whose}; an encoder keeps no KV cache (a decoder of "
                 f"this shape would keep {size:,} bytes ({format_bytes(size)}){batch})")
+    if whose:
+        return (f"this sentence: <b>{tokens(T)}</b>{whose} <b>→ {size:,} bytes</b> "
+                f"({format_bytes(size)}) of KV cache" + batch)
     return (f"this sentence: <b>{tokens(T)} → {size:,} bytes</b> ({format_bytes(size)}) "
             f"of KV cache" + batch)
 
@@ -356,6 +361,12 @@ def _arrays_text(held: int, allocated: int) -> str:
 
 # -- messages --------------------------------------------------------------------------------------
 
+def typeset(note: str) -> str:
+    """A preset's note or source as the window writes it: its ASCII dash and arrow (" - ", "->")
+    as an en dash and "→" (presets.json keeps them as the reference configs quote them)."""
+    return note.replace(" - ", " \u2013 ").replace("->", "\u2192")
+
+
 def as_sentence(note: str) -> str:
     """A footer note as a sentence of its own: a capital first letter and a full stop."""
     note = note.strip()
@@ -406,8 +417,7 @@ def kept_text(base: str, inp: CalcInputs) -> str:
     kept = [f"{name} {value:,}" for name, value in (("d_ff", inp.d_ff), ("vocab", inp.vocab_size),
                                                      ("max positions", inp.max_positions)) if value]
     if inp.sliding_window:
-        layers = inp.sliding_window_layers
-        on = f"{len(layers)} listed layers" if isinstance(layers, (list, tuple)) else window_layers_text(layers)
+        on = window_layers_text(inp.sliding_window_layers, most=NOTE_LAYERS)
         kept.append(f"sliding window {inp.sliding_window:,} on {on}")
     if inp.mla is not None:
         m = inp.mla

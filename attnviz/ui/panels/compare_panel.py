@@ -22,7 +22,6 @@ from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 from PySide6.QtWidgets import (
     QButtonGroup,
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QSizePolicy,
@@ -40,6 +39,7 @@ from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.ui.panels import compare_export
+from attnviz.ui.views.wrap_row import WrapRow
 from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
@@ -134,7 +134,6 @@ class ComparePanel(QWidget):
         self.export_button = QPushButton("Export\u2026")
         self.export_button.clicked.connect(self.export_dialog)
         self.mode_buttons = QButtonGroup(self)
-        modes = QHBoxLayout()
         for mode in MODES:
             b = QToolButton()
             b.setText(MODE_TITLES[mode])
@@ -142,10 +141,8 @@ class ComparePanel(QWidget):
             b.setChecked(mode == self.jobs.mode)
             b.clicked.connect(lambda _=False, m=mode: self.jobs.set_mode(m))
             self.mode_buttons.addButton(b)
-            modes.addWidget(b)
-        modes.addStretch(1)
-        modes.addWidget(self.export_button)
-        modes.addWidget(self.stop_button)
+        # (a row that wraps: one line of all five is wider than a narrow dock)
+        modes = WrapRow([*self.mode_buttons.buttons(), self.export_button, self.stop_button], len(MODES))
         self.tiles = Canvas(self._paint_tiles, 220, fit=self._tiles_fit)
         self.tiles.hover = self._tile_readout
         self.map = Canvas(self._paint_map, MAP_HEIGHT, fit=self._map_fit)
