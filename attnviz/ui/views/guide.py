@@ -155,7 +155,8 @@ class GuideBar(QWidget):
         prefix = ("<b>Changed run:</b> " if is_changed(found_on) else
                   "<b>Clean run:</b> " if is_changed(self.state.result) else "")
         color = GOOD if value.claimed else WARNING
-        self.answer.setText(f"<span style='color:{color}'>{prefix}{value.message}</span>")
+        # (the message is plain text: a token label such as '<s>' or '&' is shown, not read as markup)
+        self.answer.setText(f"<span style='color:{color}'>{prefix}{html.escape(value.message, quote=False)}</span>")
         self._fit()
 
     # --- view -> state --------------------------------------------------------------------------
