@@ -187,3 +187,30 @@ def long_view_shown(window, qtbot, text: str, size=None):
     qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
                     and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
     return lg
+
+
+def painted_texts(hm, lay, monkeypatch) -> list[str]:
+    """Every text figures.headmap.paint draws for the map `hm` laid out as `lay`, in order."""
+    from PySide6.QtGui import QColor, QImage, QPainter
+
+    from attnviz.figures import headmap
+    said = []
+    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    p = QPainter(image)
+    monkeypatch.setattr(p, "drawText", lambda *a: said.append(a[-1]), raising=False)
+    headmap.paint(p, hm, lay, background=QColor("white"))
+    p.end()
+    return said
+
+
+def dla_shown(qtbot, settings_path):
+    """The toy decoder's window on IOI at 1500 x 950, What heads do raised on its DLA tab ->
+    (the window, the DLA view); the caller waits for what it reads."""
+    w = open_window(qtbot, settings_path, model=TOY, text=IOI, panels=("predict",))
+    w.resize(1500, 950)
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    panel = w.predict_panel
+    panel.tabs.setCurrentWidget(panel.dla_view)
+    return w, panel.dla_view
+

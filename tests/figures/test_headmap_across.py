@@ -6,6 +6,7 @@ import numpy as np
 from PySide6.QtGui import QColor, QImage, QPainter
 
 from attnviz.figures import headmap
+from windows import painted_texts
 
 
 def _map(n_layer=30, n_head=9, **kw):
@@ -94,12 +95,7 @@ def test_a_caption_wider_than_the_map_wraps_then_ends_in_an_ellipsis_and_reads_w
     hm = _map(column=("MLP", np.full(30, 5.0)), extras=(("embed", 7.0),))
     for width, n_lines, cut in ((900, 1, False), (330, 2, False), (200, 2, True)):
         lay = headmap.layout(hm, width, 900)
-        said = []
-        image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
-        p = QPainter(image)
-        monkeypatch.setattr(p, "drawText", lambda *a: said.append(a[-1]), raising=False)
-        headmap.paint(p, hm, lay, background=QColor("white"))
-        p.end()
+        said = painted_texts(hm, lay, monkeypatch)
         whole = headmap.caption(hm, lay)
         assert "clipped" in whole and "rows layers, columns heads" in whole
         shown = said[1:1 + n_lines]  # (the title, then the caption's lines)

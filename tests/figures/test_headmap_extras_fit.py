@@ -4,20 +4,10 @@ the number), and every painted text lies within the picture."""
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QColor, QImage, QPainter
 
 from attnviz.figures import headmap
 from attnviz.figures.numbers import signed
-
-
-def _texts(hm: headmap.HeadMap, lay: headmap.HeadMapLayout, monkeypatch) -> list[tuple]:
-    said = []
-    img = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
-    p = QPainter(img)
-    monkeypatch.setattr(p, "drawText", lambda *a: said.append(a), raising=False)
-    headmap.paint(p, hm, lay, background=QColor("white"))
-    p.end()
-    return said
+from windows import painted_texts
 
 
 @pytest.mark.parametrize("width", [160, 200, 260, 600])
@@ -26,7 +16,7 @@ def test_the_bottom_row_fits_the_picture_and_names_its_numbers_where_there_is_ro
                          column=("MLP", np.zeros(30)), extras=(("embed", -12.345), ("bias", 0.5)))
     lay = headmap.layout(hm, width, 700)
     assert lay.extra_rects and all(r.left() >= 0 and r.right() <= lay.width for r in lay.extra_rects)
-    painted = [a[-1] for a in _texts(hm, lay, monkeypatch) if a[-1] in ("embed", "bias") or " " in a[-1]]
+    painted = painted_texts(hm, lay, monkeypatch)
     with_numbers = [f"embed {signed(-12.345, 3)}", f"bias {signed(0.5, 3)}"]
     if width >= 600:
         assert all(t in painted for t in with_numbers), painted

@@ -11,7 +11,7 @@ from PySide6.QtGui import QFontMetricsF
 
 from attnviz.figures import headmap
 from attnviz.figures.render import figure_font
-from windows import IOI, TOY, WAIT, hover, open_window
+from windows import IOI, TOY, WAIT, dla_shown, hover, open_window
 
 
 def _inked_lines(view) -> int:
@@ -54,13 +54,7 @@ def test_the_copying_maps_title_wraps_whole_at_the_default_width(qtbot, tmp_path
 
 
 def test_the_dla_caption_wraps_whole_at_the_default_width(qtbot, tmp_path):
-    w = open_window(qtbot, tmp_path / "d.ini", model=TOY, text=IOI, panels=("predict",))
-    w.resize(1500, 950)
-    w.predict_dock.show()
-    w.predict_dock.raise_()
-    panel = w.predict_panel
-    panel.tabs.setCurrentWidget(panel.dla_view)
-    view = panel.dla_view
+    w, view = dla_shown(qtbot, tmp_path / "d.ini")
     qtbot.waitUntil(lambda: view.map is not None and view.width() > 300, timeout=WAIT)
     hm = view.map  # with an MLP and the embeddings beyond the heads' limit, as SmolLM2's often are
     view.set_map(replace(hm, column=("MLP", np.full(hm.values.shape[0], 2 * hm.limit)),
