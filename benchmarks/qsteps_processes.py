@@ -5,32 +5,26 @@ A generation step as generate takes it at T = 64 and 512 against the quantised-b
 process's memory bandwidth and placement differ from the next one's by more than a code change
 moves the ratio, so one process's figure says which process it was.
 
-Each child loads SmolLM2 as qsteps does (load_smollm2), runs qsteps' _as_generate at each T (one
-untimed block first, then --repeat blocks) and prints one JSON line (summary): per T its steps'
-median ms, the process's floor (one thread's plain read of the packed bytes: the fastest of the
-process's reads, 3 around each block and 25 after the steps), their ratio, the median of the
-blocks' ratios to the reads around each, and the calls onerow_pair's fallback gave the pair and one
-thread. qsteps (--processes N) runs N children (run_children) and writes the medians
-(process_figures).
-
-    python -m benchmarks.qsteps_processes [--repeat 15] [--threads 1]
+Each child (benchmarks/qsteps_child.py) loads SmolLM2 as qsteps does (load_smollm2), runs qsteps'
+_as_generate at each T (one untimed block first, then --repeat blocks) and prints one JSON line
+(summary): per T its steps' median ms, the process's floor (one thread's plain read of the packed
+bytes: the fastest of the process's reads, 3 around each block and 25 after the steps), their
+ratio, the median of the blocks' ratios to the reads around each, and the calls onerow_pair's
+fallback gave the pair and one thread. qsteps (--processes N) runs N children (run_children) and
+writes the medians (process_figures). This module never imports qsteps (qsteps imports it).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 
-import numpy as np
 
 from benchmarks.children import ROOT, child_env
 from benchmarks.record import figure
-from benchmarks.streaming import read_ms
 
 TS = (64, 512)  # the goal's T
 FIGURES = ("step_ms", "floor_ms", "ratio", "block_ratio")  # a child's numbers at each T
@@ -59,30 +53,6 @@ def load_smollm2(threads: int):
     warm = qm.warm([qm.Q.Q4_1])
     limit_kernel_threads(threads)
     return model, load_s, warm
-
-
-def measure(repeat: int, threads: int) -> dict:
-    """A child's figures (summary's): generate's steps at each of TS in this process, against its
-    fastest read of the packed arrays."""
-    from benchmarks import qsteps
-    from benchmarks.pair_floor import packed_arrays
-    qsteps.THREADS[0] = threads
-    model, _, _ = load_smollm2(threads)
-    store = model.weights.layers
-    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
-    arrays = packed_arrays(store)
-    rng = np.random.default_rng(0)  # (qsteps' tokens)
-    ids = rng.integers(100, model.config.vocab_size, 600).tolist()
-    fresh = iter(rng.integers(100, model.config.vocab_size, 100_000).tolist())
-    head = model.lm_head()
-    runs, reads = {}, []
-    for T in TS:
-        qsteps._as_generate(model, head, ids, fresh, T, 1, arrays)  # (a fresh process's first calls)
-        steps, ratios, gen_reads, taken = qsteps._as_generate(model, head, ids, fresh, T, repeat, arrays)
-        runs[T] = (steps, ratios, taken)
-        reads += gen_reads
-    read, read_bytes = read_ms(arrays, 25)
-    return summary(runs, packed * min([read] + reads) / read_bytes, qsteps.BLOCK, os.getloadavg()[0])
 
 
 def summary(runs: dict, floor: float, block: int, load: float) -> dict:
@@ -114,12 +84,12 @@ def parse_child(stdout: str) -> dict:
 
 
 def run_children(n: int, repeat: int, threads: int) -> list[dict]:
-    """n children (`python -m benchmarks.qsteps_processes`, this checkout's code), one after
+    """n children (`python -m benchmarks.qsteps_child`, this checkout's code), one after
     another, each a fresh process -> their parse_child's, each with its "wall_s"."""
     children = []
     for i in range(n):
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "benchmarks.qsteps_processes", "--repeat",
+        done = subprocess.run([sys.executable, "-m", "benchmarks.qsteps_child", "--repeat",
                                str(repeat), "--threads", str(threads)],
                               capture_output=True, text=True, cwd=ROOT, env=child_env())
         if done.returncode:
@@ -174,16 +144,3 @@ def process_figures(children: list[dict]) -> list[dict]:
               f"{', '.join(f'{v:.3f}x' for v in ratios)}); each block beside its reads "
               f"{statistics.median(blocks):.3f}x", flush=True)
     return figs
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=15, help="timed blocks at each T")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="BLAS and kernel threads, as qsteps' --threads")
-    args = ap.parse_args()
-    print(json.dumps(measure(args.repeat, args.threads)), flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -82,7 +82,7 @@ def test_the_children_run_one_after_another_each_a_fresh_process_of_this_checkou
     monkeypatch.setattr(subprocess, "run", run)
     got = qp.run_children(2, 7, 1)
     assert [c["steps"][64]["ratio"] for c in got] == [2.0, 2.0]
-    assert [argv for argv, _ in calls] == [[sys.executable, "-m", "benchmarks.qsteps_processes",
+    assert [argv for argv, _ in calls] == [[sys.executable, "-m", "benchmarks.qsteps_child",
                                            "--repeat", "7", "--threads", "1"]] * 2
     assert all(kw["env"]["PYTHONPATH"].split(":")[0] == str(ROOT) and kw["cwd"] == ROOT for _, kw in calls)
 
