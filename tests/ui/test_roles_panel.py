@@ -437,14 +437,19 @@ def test_find_shows_its_numbers_rounded_once_and_no_minus_zero(qtbot, textbook_m
     assert [[shown(row, col) for col in (2, 3)] for row in range(2)] == [["0.000", "0.000"], ["0.123", "0.250"]]
 
 
-def test_find_leaves_the_cursor_of_a_box_whose_text_it_kept(qtbot, minilm):
-    """Find shows a token it resolved from its start, but a box whose text it kept as typed keeps
-    its cursor where the user left it (typing on goes where it was)."""
+def test_find_shows_the_tokens_it_fills_from_their_start_and_keeps_a_typed_boxs_cursor(qtbot, minilm):
+    """Find shows the tokens it fills in (a new result, a pick from the list) from their start, but
+    the box the user typed in and ended with Enter keeps its cursor where it was, while Find kept
+    the text as typed (typing on goes where it was)."""
     state, panel, worker = _panel(qtbot, minilm)
     find = panel.find
-    find.set_find("are", "keys@2")
-    edit = find.find_to.lineEdit()
-    edit.setCursorPosition(len(edit.text()))
-    at = edit.cursorPosition()
-    find.run_find()
-    assert find.find_to.currentText() == "keys@2" and edit.cursorPosition() == at > 0
+    find.catch_up()
+    edits = (find.find_from.lineEdit(), find.find_to.lineEdit())
+    assert all(e.text() and e.cursorPosition() == 0 for e in edits)
+    find.find_to.setCurrentIndex(2)  # a pick from the list
+    find.find_to.activated.emit(2)
+    assert find.find_to.currentText() == "keys@2" and edits[1].cursorPosition() == 0
+    edits[1].setCursorPosition(len(edits[1].text()))
+    at = edits[1].cursorPosition()
+    edits[1].editingFinished.emit()  # Enter in the box
+    assert find.find_to.currentText() == "keys@2" and edits[1].cursorPosition() == at > 0

@@ -83,8 +83,8 @@ class FindPanel(QWidget):
         st.sigQueryChanged.connect(self._on_query_changed)
         self.find_from.activated.connect(lambda *_: self.run_find())
         self.find_to.activated.connect(lambda *_: self.run_find())
-        self.find_from.lineEdit().editingFinished.connect(self.run_find)
-        self.find_to.lineEdit().editingFinished.connect(self.run_find)
+        for box in (self.find_from, self.find_to):  # (what the user typed there keeps its cursor)
+            box.lineEdit().editingFinished.connect(lambda box=box: self.run_find(typed_in=box))
         self.find_table.cellClicked.connect(self._on_find_clicked)
 
     def catch_up(self):
@@ -119,7 +119,9 @@ class FindPanel(QWidget):
         self.find_to.setEditText(str(to_token))
         return self.run_find()
 
-    def run_find(self):
+    def run_find(self, typed_in=None):
+        """Find's ranking for the tokens in its two boxes; each box shows its token from its start
+        (fields.py), except the box the user just typed in (`typed_in`) while Find kept its text."""
         r = self.state.text_result
         if r is None:
             self._show_hits(None)
@@ -133,7 +135,7 @@ class FindPanel(QWidget):
                 box.blockSignals(True)
                 box.setCurrentIndex(pos)
                 box.blockSignals(False)
-                if box.currentText() != typed:  # (a token resolved: its start in sight, fields.py)
+                if box is not typed_in or box.currentText() != typed:
                     box.lineEdit().setCursorPosition(0)
             hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         except AttnvizError as exc:  # (a token not in the text; a key a decoder's query cannot see)
