@@ -34,13 +34,16 @@ def test_heads_cover_the_grid(big_window, qtbot, smollm2, size):
     w = big_window
     w.resize(*size)
     drain_events()
-    assert show(w, qtbot, "layer") >= 0.55  # MiniLM: 12 heads
+    # MiniLM: 12 heads (the first row keeps room for its titles above the focus frame: a short text
+    # gives each token many pixels, and a title cut by the grid's top was the price of 0.55 here
+    # and of 0.33 for SmolLM2 below)
+    assert show(w, qtbot, "layer") >= 0.52
     assert show(w, qtbot, "all") >= 0.4  # 6 layers x 12 heads
     w.state.set_view_mode("layer")
     w.state.set_model(smollm2)
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.attentions.shape[1] == 9,
                     timeout=WAIT)
-    assert show(w, qtbot, "layer") >= 0.33  # SmolLM2: 9 heads in 3 KV groups, a group never wraps
+    assert show(w, qtbot, "layer") >= 0.31  # SmolLM2: 9 heads in 3 KV groups, a group never wraps
     assert show(w, qtbot, "all") >= 0.45  # 30 layers x 9 heads, in bands of layers side by side
 
 

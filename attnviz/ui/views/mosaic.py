@@ -120,9 +120,13 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
         return GridLayout(mode, heads, x0, y0, T, int(width), int(height), n_head, title_h, caption_h,
                           left, n_tok, pool, bands, step)
     heads = tuple((layer, h) for h in range(n_head))
+    top = title_h  # room above the first row
     if tile_px > 0:  # titles and captions as tall as their text on screen, not a share of the head
         px = tile_px / T
-        title_h = max(1, math.ceil(TITLE_PX / px + focus_margin(T)))  # (a title sits above the frame)
+        title_h = max(1, round(TITLE_PX / px))
+        # (a title sits above its tile's focus frame: below the first row it reaches into the gap
+        # and caption over it, at the first only the grid's own top is there)
+        top = max(title_h, math.ceil(TITLE_PX / px + focus_margin(T)))
         caption_h = max(1, round(CAPTION_PX / px)) if gs > 1 else 0
     ncols = max(1, min(ncols, n_head))
     col_x = col_dx[:ncols]  # every row as the first: whole KV groups (layer_columns)
@@ -130,8 +134,9 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
     rows, cols = idx // ncols, idx % ncols
     row_h = title_h + T + caption_h + gap
     n_rows = int(rows.max()) + 1
-    return GridLayout(mode, heads, col_x[cols], rows * row_h + title_h, T, int(col_x[-1] + T),
-                      int(n_rows * row_h - gap), ncols, title_h, caption_h, 0, n_tok, pool)
+    return GridLayout(mode, heads, col_x[cols], rows * row_h + top, T, int(col_x[-1] + T),
+                      int((n_rows - 1) * row_h + top + T + caption_h), ncols, title_h, caption_h, 0,
+                      n_tok, pool)
 
 
 def pool_factor(T: int, tile_px: float) -> int:
@@ -258,7 +263,7 @@ def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float
         for g in sorted({group[i] for i in in_row}):
             tiles = [i for i in in_row if group[i] == g]
             segments.append((x0[tiles[0]] - pad, x0[tiles[-1]] + T + pad,
-                             y0[tiles[0]] - lo.title_h, y0[tiles[0]] + T + lo.caption_h, g))
+                             y0[tiles[0]] - lo.title_h if start else 0, y0[tiles[0]] + T + lo.caption_h, g))
     return segments
 
 
