@@ -214,3 +214,14 @@ def dla_shown(qtbot, settings_path):
     panel.tabs.setCurrentWidget(panel.dla_view)
     return w, panel.dla_view
 
+
+def tip_shown(tip: str) -> str:
+    """A tooltip's text as Qt shows it: rich text where Qt reads it so (a tag on its first line)."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtGui import Qt as QtG
+    if not QtG.mightBeRichText(tip):
+        return tip
+    doc = QTextDocument()
+    doc.setHtml(tip)
+    return doc.toPlainText()
+

@@ -25,7 +25,7 @@ from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import hover, toy_window
+from windows import hover, tip_shown, toy_window
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -105,10 +105,11 @@ def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
         assert (edge.name() == ERROR.lower()) == (t in flipped), t
     t = min(flipped)
     hover(panel.strip, panel.strip_cells[t].center())
-    assert panel.strip.toolTip().count("flips") == 1  # the hover's text
+    tip = tip_shown(panel.strip.toolTip())  # the hover's text, as shown
+    assert tip.count("flips") == 1
     flip = next(f for f in c.doc["flips"] if f["position"] == t)  # tokens as the strip labels them
-    assert f"token {t} '{c.result.labels[t]}'" in panel.strip.toolTip()
-    assert f"A '{flip['a_token']}', B '{flip['b_token']}'" in panel.strip.toolTip()
+    assert f"token {t} '{c.result.labels[t]}'" in tip
+    assert f"A '{flip['a_token']}', B '{flip['b_token']}'" in tip
     # the summary under the strip says what its frames and bars are, and the unit of each number
     said = panel.summary.text()
     jsd = np.asarray(c.doc["heads_jsd"])

@@ -453,3 +453,29 @@ def test_find_shows_the_tokens_it_fills_from_their_start_and_keeps_a_typed_boxs_
     at = edits[1].cursorPosition()
     edits[1].editingFinished.emit()  # Enter in the box
     assert find.find_to.currentText() == "keys@2" and edits[1].cursorPosition() == at > 0
+
+
+def shown_text(label) -> str:
+    """A label's text as Qt shows it: plain, or as rich text where its format (auto) reads it so."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtGui import Qt as QtG
+
+    text = label.text()
+    rich = label.textFormat() == Qt.TextFormat.RichText or (
+        label.textFormat() == Qt.TextFormat.AutoText and QtG.mightBeRichText(text))
+    if not rich:
+        return text
+    doc = QTextDocument()
+    doc.setHtml(text)
+    return doc.toPlainText()
+
+
+def test_finds_line_shows_a_token_label_that_looks_like_markup(qtbot, minilm):
+    """A token such as Llama's '<s>' is shown in Find's line as the strip labels it (read as rich
+    text, it vanished and struck out the rest of the line)."""
+    state, panel, worker = _panel(qtbot, minilm)
+    find = panel.find
+    find.catch_up()
+    state.text_result.labels[0] = "<s>"
+    find.set_find("are", "@0")
+    assert "to '<s>'@0 (key)" in shown_text(find.find_status)

@@ -39,6 +39,7 @@ from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.ui.panels import compare_export
+from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.wrap_row import WrapRow
 from attnviz.figures.numbers import signed
 
@@ -117,7 +118,7 @@ class Canvas(QWidget):
 
     def mouseMoveEvent(self, ev):
         text = self.hover(ev.position().x(), ev.position().y()) if self.hover else None
-        self.setToolTip(text or "")
+        self.setToolTip(plain_tip(text or ""))  # (its readouts quote token labels)
 
 
 class ComparePanel(QWidget):

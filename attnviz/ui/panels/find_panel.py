@@ -27,6 +27,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.ui.panels.roles_views import Decimals, num_item
 from attnviz.ui.views.column_fit import ColumnFit
+from attnviz.ui.views.fields import plain_label
 
 
 SPECIFICITY = ("specificity: the head's weight from the query to the key minus the mean weight that "
@@ -57,7 +58,7 @@ class FindPanel(QWidget):
             box.setEditable(True)
             box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
             box.setToolTip(tip)
-        self.find_status = QLabel("")
+        self.find_status = plain_label(QLabel(""))  # (it quotes token labels)
         self.find_status.setWordWrap(True)
         self.find_table = QTableWidget(0, 4)
         self.find_table.setHorizontalHeaderLabels(["rank", "head", "specificity", "weight"])

@@ -33,6 +33,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.long_picture import colour_table
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
+from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.long_panes import indexed_image
 
 MAX_NEW = 256
@@ -165,7 +166,7 @@ class GeneratePanel(QWidget):
         self.status.setWordWrap(True)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setEnabled(False)
-        self.step_label = QLabel()
+        self.step_label = plain_label(QLabel())  # (it quotes the step's token)
         self.step_label.setWordWrap(True)
         self.kv_label = QLabel()
         self.kv_label.setWordWrap(True)

@@ -31,7 +31,7 @@ from attnviz.figures import patching as fig
 from attnviz.figures.numbers import signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
-from attnviz.ui.views.fields import fill
+from attnviz.ui.views.fields import fill, plain_label
 
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 LAST, POSITION_MAX = -1, 99_999  # the position box: -1 reads "last token" (any text's last)
@@ -112,7 +112,7 @@ class PatchingPanel(QWidget):
         self.position_box.setValue(LAST)
         self.position_box.setToolTip("The position P whose next-token logits the metric reads "
                                      "(attnviz patch --position)")
-        self.position_label = QLabel()
+        self.position_label = plain_label(QLabel())  # (it quotes a token label)
         self.position_label.setWordWrap(True)
         self.what_box = QComboBox()
         self.what_box.addItems(list(WHATS))

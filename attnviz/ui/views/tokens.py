@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import FOCUS
+from attnviz.ui.views.fields import plain_tip
 
 
 class TokenStrip(QWidget):
@@ -290,6 +291,6 @@ class TokenStrip(QWidget):
             click = ("the layers after the one shown are being computed" if self.previewing
                      else "click: show this query row in every head")
             text = f"#{i}: {quoted(self.labels[i])}{self._piece(i)} ({click})" if i is not None else self.toolTip()
-            QToolTip.showText(ev.globalPos(), text, self)
+            QToolTip.showText(ev.globalPos(), plain_tip(text), self)
             return True
         return super().event(ev)
