@@ -333,11 +333,11 @@ def _two_thread_figures(store, T: int, floor: float, alone: float, repeat: int) 
           f"products alone {prods:.2f} ms ({prods / floor:.2f}x; one thread's {alone:.2f} ms)", flush=True)
     return [
         figure(f"generation step T = {T}: two threads' plain read / quantised-bytes floor", read / floor, "x",
-               runs=times["read"], note=f"median {read:.2f} ms: each thread a contiguous half of the "
+               runs=[t / floor for t in times["read"]], note=f"median {read:.2f} ms: each thread a contiguous half of the "
                                         f"packed arrays, both started together; floor {floor:.2f} ms "
                                         f"(one thread's); no goal"),
         figure(f"generation step T = {T}: the layers' products alone on two threads / quantised-bytes "
-               f"floor", prods / floor, "x", runs=times["products"],
+               f"floor", prods / floor, "x", runs=[t / floor for t in times["products"]],
                note=f"median {prods:.2f} ms (one thread's serial kernels {alone:.2f} ms): every packed "
                     f"matrix a stage of onerow_pair's chunks on two threads, in turns with the read "
                     f"above; no goal"),
@@ -378,7 +378,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
     two, gen = statistics.median(times["one call, two threads"]), statistics.median(times[PAIRED])
     figs = [
         figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
-               statistics.median(alone) / floor, "x", runs=alone,
+               statistics.median(alone) / floor, "x", runs=[t / floor for t in alone],
                note=f"every packed layer matrix once on the serial kernels, one row, nothing "
                     f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
                     f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
