@@ -135,3 +135,16 @@ def test_the_machine_names_its_vector_instructions_where_recorded():
         "AVX-512 VNNI", "AVX-512", "AVX2", "below AVX2"]
     from attnviz.engine.computing import qdot
     assert record.machine()["vectors"] == record.vectors_label(qdot.VNNI, qdot.PERMUTE, qdot.MADD)
+
+
+def test_a_committed_ratios_runs_are_ratios():
+    """A figure in x (a ratio) that records several runs records the ratio of each: its value, their
+    median, lies among them (runs of milliseconds under x read as ratios in the tables)."""
+    import json
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).resolve().parents[1].glob("benchmarks/results/*.json")):
+        for fig in json.loads(path.read_text(encoding="utf-8"))["figures"]:
+            runs = fig.get("runs") or []
+            if fig["unit"] == "x" and len(runs) > 1:
+                assert min(runs) - 1e-9 <= fig["value"] <= max(runs) + 1e-9, (path.name, fig["name"])
