@@ -13,7 +13,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import headmap
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import WAIT, drain_events, hover, open_window
+from windows import WAIT, drain_events, hover, open_window, tip_shown
 
 SIZES = [(1400, 860), (1280, 800)]
 TEXT = "The keys to the cabinet are on the table, and the keys to the cabinet are on the"
@@ -69,7 +69,7 @@ def test_the_jsd_map_fills_its_box_and_a_click_focuses_the_head(qtbot, tmp_path,
         for l, h in ((23, 7), (0, 0), (29, 8)):
             x, y = headmap.cell_center(hm, lay, l, h)
             hover(box, QPointF(x, y))
-            text = box.toolTip()  # what the hover shows
+            text = tip_shown(box.toolTip())  # what the hover shows
             assert text.startswith(f"{head_title(l, h)}:") and f"{jsd[l, h]:.4f}" in text
             QTest.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPointF(x, y).toPoint())
             assert w.state.focus == (l, h)

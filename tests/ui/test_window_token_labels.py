@@ -13,7 +13,7 @@ from attnviz.engine.computing.model import token_text
 from attnviz.ui.machinery.patch_jobs import SEP
 from attnviz.ui.panels.ablation_panel import head_menu
 from attnviz.ui.views.tokens import TokenStrip
-from windows import WAIT, hover, open_window, wait_for_text
+from windows import WAIT, hover, open_window, tip_shown, wait_for_text
 
 TEXT = "x '\\' \u6770 ok"  # SmolLM2: x ·'\ ' ·<E6> <9D> <B0>杰 ·ok
 TRICKY = "\u00b7'\\"  # a leading space, a quote and a backslash in one token
@@ -36,8 +36,8 @@ def test_the_token_strips_hover_names_the_token_and_its_piece_without_escapes(sm
     for i in (1, 3):
         at = strip.token_rect(i).center()
         QApplication.sendEvent(strip, QHelpEvent(QEvent.Type.ToolTip, at, strip.mapToGlobal(at)))
-        qtbot.waitUntil(lambda: QToolTip.text().startswith(f"#{i}: "), timeout=WAIT)
-        assert QToolTip.text().startswith(f"#{i}: '{r.labels[i]}', piece '{r.tokens[i]}', "
+        qtbot.waitUntil(lambda: tip_shown(QToolTip.text()).startswith(f"#{i}: "), timeout=WAIT)
+        assert tip_shown(QToolTip.text()).startswith(f"#{i}: '{r.labels[i]}', piece '{r.tokens[i]}', "
                                           f"id {int(r.input_ids[i])} (")
     assert r.tokens[1] == "\u0120'\\"  # (the tokenizer's own piece: "Ġ'\")
     QToolTip.hideText()
