@@ -225,3 +225,14 @@ def tip_shown(tip: str) -> str:
     doc.setHtml(tip)
     return doc.toPlainText()
 
+
+def shown_label(label) -> str:
+    """A QLabel's text as Qt shows it: plain, or as rich text where its format (auto) reads it so."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import Qt as QtG
+
+    text = label.text()
+    rich = label.textFormat() == Qt.TextFormat.RichText or (
+        label.textFormat() == Qt.TextFormat.AutoText and QtG.mightBeRichText(text))
+    return tip_shown("<qt>" + text + "</qt>") if rich else text
+

@@ -27,3 +27,15 @@ def test_the_token_strips_tooltip_shows_a_markup_like_token(qtbot, monkeypatch):
     at = strip.token_rect(0).center()
     strip.event(QHelpEvent(QEvent.Type.ToolTip, at, strip.mapToGlobal(at)))
     assert said and tip_shown(said[-1]).startswith("#0: '<s>'"), said
+
+
+def test_the_query_label_shows_a_markup_like_token(qtbot):
+    """The status bar's "Query: …" names a token such as '<s>' as it is, in its text and its hover."""
+    from attnviz.ui.views.compute_figures import QueryLabel
+    from windows import shown_label
+
+    label = QueryLabel()
+    qtbot.addWidget(label)
+    label.set_query("<s>", 0, "<s>")
+    assert shown_label(label) == "Query: <s> (#0)"
+    assert tip_shown(label.toolTip()).startswith("Query: <s> (#0): ")

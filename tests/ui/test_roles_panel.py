@@ -16,7 +16,7 @@ from attnviz.figures.style import ROLE_COLORS  # noqa: E402
 from attnviz.ui.app import assemble  # noqa: E402
 from attnviz.ui.panels.roles_panel import RolesPanel  # noqa: E402
 from attnviz.ui.machinery.state import AppState  # noqa: E402
-from windows import scores_settled  # noqa: E402
+from windows import scores_settled, shown_label  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -455,21 +455,6 @@ def test_find_shows_the_tokens_it_fills_from_their_start_and_keeps_a_typed_boxs_
     assert find.find_to.currentText() == "keys@2" and edits[1].cursorPosition() == at > 0
 
 
-def shown_text(label) -> str:
-    """A label's text as Qt shows it: plain, or as rich text where its format (auto) reads it so."""
-    from PySide6.QtGui import QTextDocument
-    from PySide6.QtGui import Qt as QtG
-
-    text = label.text()
-    rich = label.textFormat() == Qt.TextFormat.RichText or (
-        label.textFormat() == Qt.TextFormat.AutoText and QtG.mightBeRichText(text))
-    if not rich:
-        return text
-    doc = QTextDocument()
-    doc.setHtml(text)
-    return doc.toPlainText()
-
-
 def test_finds_line_shows_a_token_label_that_looks_like_markup(qtbot, minilm):
     """A token such as Llama's '<s>' is shown in Find's line as the strip labels it (read as rich
     text, it vanished and struck out the rest of the line)."""
@@ -478,4 +463,4 @@ def test_finds_line_shows_a_token_label_that_looks_like_markup(qtbot, minilm):
     find.catch_up()
     state.text_result.labels[0] = "<s>"
     find.set_find("are", "@0")
-    assert "to '<s>'@0 (key)" in shown_text(find.find_status)
+    assert "to '<s>'@0 (key)" in shown_label(find.find_status)

@@ -140,7 +140,7 @@ class PatchingPanel(QWidget):
         self.aligned.hide()
         self.aligned.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.aligned.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.sides_label = QLabel()
+        self.sides_label = plain_label(QLabel())  # (it quotes token labels)
         self.sides_label.setWordWrap(True)
         self.sides_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.map = PatchMap(self.pick_head)

@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel
 
+from attnviz.ui.views.fields import plain_label, plain_tip
+
 TIME_TIP = "Time the engine took for the last result"
 KEPT_TIP = ("This text was computed before: every token's rows came from the model's KV cache, "
             "and nothing was computed again")
@@ -40,6 +42,7 @@ class QueryLabel(QLabel):
 
     def __init__(self):
         super().__init__()
+        plain_label(self)  # (a token such as '<s>' is text, not a tag: fields.py)
         self.setToolTip(self.TIP)
         self._parts = ("", "", "")  # prefix, token, suffix of the text
 
@@ -48,7 +51,7 @@ class QueryLabel(QLabel):
         `whole`: the token uncut, for the tooltip."""
         self._parts = ("", "", "") if q is None else ("Query: ", token, f" (#{q})")
         self.setText("".join(self._parts))
-        self.setToolTip(self.TIP if q is None else f"Query: {whole or token} (#{q}): {self.TIP}")
+        self.setToolTip(self.TIP if q is None else plain_tip(f"Query: {whole or token} (#{q}): {self.TIP}"))
 
     def painted_text(self) -> str:
         """The text as painted at the label's width."""
