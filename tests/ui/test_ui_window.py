@@ -7,7 +7,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 
 from attnviz.engine.reading.registry import DEFAULT_TEXT
 
-from windows import WAIT, drain_events, hover_plot, open_window, scores_settled, wait_for_text, widget
+from windows import WAIT, drain_events, hover_plot, open_window, scores_settled, tip_shown, wait_for_text, widget
 
 
 def view_to_widget(view_box, graphics_view, x, y):
@@ -74,7 +74,7 @@ def test_hover_readout_equals_the_engines_number(window, qtbot):
         expect += f"  · {labels[0][3]}"
     assert g.hover_text == expect
     assert window.statusBar().currentMessage() == expect
-    assert g.gw.toolTip() == expect
+    assert tip_shown(g.gw.toolTip()) == expect
 
 
 def test_layer_switch_by_keyboard_and_spinbox(window, qtbot):

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
+from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar, update_bar
 from attnviz.ui.views.mosaic import cell_readout
 
@@ -364,7 +365,7 @@ class FocusView(QWidget):
         text = "" if self.state.on_screen()[1] else cell_readout(st, *cell)
         if text != self.hover_text:
             self.hover_text = text
-            self.gw.setToolTip(text)
+            self.gw.setToolTip(plain_tip(text))  # (it quotes tokens: fields.py)
             if text:
                 st.show_status(text)
 

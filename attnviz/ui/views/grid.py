@@ -25,6 +25,7 @@ from attnviz.figures.style import (
 )
 from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
+from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, colour_bar, place_bands, place_titles, update_bar,
 )
@@ -429,7 +430,7 @@ class HeatmapGrid(QWidget):
         # no read-out over a preview (the read-outs read the state's result, another text's): a
         # few ms later the result is in and the read-out with it
         text = self.readout_at(*cell) if cell and self.drawn is self.state.result else ""
-        tip = text or ("" if cell else self._title_tip_at(scene_pos))
+        tip = plain_tip(text or ("" if cell else self._title_tip_at(scene_pos)))  # (it quotes tokens)
         if tip != self.gw.toolTip():
             self.gw.setToolTip(tip)
         if text != self.hover_text:
