@@ -227,6 +227,8 @@ def test_every_presets_notes_are_punctuated_as_the_window_is(calc_panel):
         assert " - " not in text and "->" not in text, (key, text)
     select(calc_panel, "deepseek-v2")
     assert "num_key_value_heads 128 \u2013 meaningless for cache size" in calc_panel.notes_label.text()
+    select(calc_panel, "gpt2-medium")  # a note that starts with a config key keeps its case
+    assert "n_inner=null \u2192 4*n_embd." in calc_panel.notes_label.text().splitlines(), calc_panel.notes_label.text()
 
 
 def test_the_kept_note_names_a_short_list_of_window_layers_and_counts_a_long_one(calc_panel):

@@ -368,11 +368,14 @@ def typeset(note: str) -> str:
 
 
 def as_sentence(note: str) -> str:
-    """A footer note as a sentence of its own: a capital first letter and a full stop."""
+    """A footer note as a sentence of its own: a capital first letter and a full stop, unless it
+    starts with a config key or a formula ("n_inner=null → 4*n_embd": a name keeps its case)."""
     note = note.strip()
     if not note:
         return note
-    note = note[0].upper() + note[1:]
+    first = note.split(maxsplit=1)[0]
+    if not any(c in first for c in "_=*()[]"):
+        note = note[0].upper() + note[1:]
     return note if note.endswith((".", "!", "?")) else note + "."
 
 
