@@ -236,3 +236,14 @@ def shown_label(label) -> str:
         label.textFormat() == Qt.TextFormat.AutoText and QtG.mightBeRichText(text))
     return tip_shown("<qt>" + text + "</qt>") if rich else text
 
+
+def scan_map_shown(qtbot, width: int, height: int):
+    """Corpus's map (corpus_views.ScanMap) alone, shown at width x height and exposed."""
+    from attnviz.ui.panels.corpus_views import ScanMap
+    view = ScanMap()
+    qtbot.addWidget(view)
+    view.resize(width, height)
+    view.show()
+    qtbot.waitExposed(view)
+    return view
+

@@ -3,7 +3,7 @@ read -400..400 "(x0.001)" for layer and head) and no colour bar; a scan drawn sh
 
 import numpy as np
 
-from attnviz.ui.panels.corpus_views import ScanMap
+from windows import scan_map_shown
 
 
 def _light_pixels(widget) -> int:
@@ -14,11 +14,7 @@ def _light_pixels(widget) -> int:
 
 
 def test_the_map_before_a_scan_shows_no_numbers_and_a_drawn_one_does(qtbot):
-    view = ScanMap()
-    qtbot.addWidget(view)
-    view.resize(400, 320)
-    view.show()
-    qtbot.waitExposed(view)
+    view = scan_map_shown(qtbot, 400, 320)
     assert _light_pixels(view) == 0
     view.draw(np.linspace(0, 1, 30 * 9).reshape(30, 9), "induction")
     assert _light_pixels(view) > 200  # (the test sees ticks and the bar where there are some)

@@ -6,7 +6,7 @@ was shortened one character at a time, set again for each)."""
 import numpy as np
 import pyqtgraph as pg
 
-from windows import drain_events
+from windows import drain_events, scan_map_shown
 
 
 def _width(text: str, style: dict) -> float:
@@ -18,13 +18,8 @@ def _width(text: str, style: dict) -> float:
 
 def test_a_narrow_maps_title_is_cut_once_to_the_longest_start_that_fits(qtbot):
     from attnviz.figures.style import TEXT
-    from attnviz.ui.panels.corpus_views import ScanMap
 
-    m = ScanMap()
-    qtbot.addWidget(m)
-    m.resize(600, 300)
-    m.show()
-    qtbot.waitExposed(m)
+    m = scan_map_shown(qtbot, 600, 300)
     m.draw(np.linspace(0.0, 1.0, 36).reshape(3, 12), "first_token_mass")
     whole, short = "mean first_token_mass per head", "mean first_token_mass"
     titles, real = [], m.plot.setTitle
