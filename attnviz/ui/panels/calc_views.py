@@ -294,11 +294,9 @@ def sentence_text(r: CalcResult | None, T: int | None, counted_by: str = "", lay
     if not r.inputs.arch.causal:  # an encoder reads every token at once: what a decoder would keep
         return (f"this sentence: <b>{tokens(T)}</b>{whose}; an encoder keeps no KV cache (a decoder of "
                 f"this shape would keep {size:,} bytes ({format_bytes(size)}){batch})")
-    if whose:
-        return (f"this sentence: <b>{tokens(T)}</b>{whose} <b>→ {size:,} bytes</b> "
-                f"({format_bytes(size)}) of KV cache" + batch)
-    return (f"this sentence: <b>{tokens(T)} → {size:,} bytes</b> ({format_bytes(size)}) "
-            f"of KV cache" + batch)
+    # (the tokenizer's name, where given, between the count and its bytes, out of the bold)
+    counted = f"<b>{tokens(T)}</b>{whose} <b>→" if whose else f"<b>{tokens(T)} →"
+    return f"this sentence: {counted} {size:,} bytes</b> ({format_bytes(size)}) of KV cache" + batch
 
 
 def tokens(n: int) -> str:
