@@ -246,12 +246,12 @@ def figures_of(times: dict, lengths: list[int], cache: str) -> list[dict]:
            "read with its 95 % band at each N from the shortest length measured to the longest")
     figures.append(record.figure(
         f"crossover, {cache} cache: --max-new from which the kernels are faster (SmolLM2)",
-        cross.at, "tokens", headline=True,
+        cross.at, "tokens", headline=cross.at is not None or cross.surely_from is None,
         note=f"{cross.says}; {how}; absent where the band does not bracket it within them"))
     figures.append(record.figure(
         f"crossover's upper bound, {cache} cache: --max-new from which the kernels are surely faster "
         "(SmolLM2)",
-        cross.surely_from, "tokens",
+        cross.surely_from, "tokens", headline=cross.at is None and cross.surely_from is not None,
         note=f"{cross.says}; {how}; the first N from which to the longest the band lies below 0; "
              f"absent where none"))
     return figures

@@ -130,3 +130,21 @@ def test_the_child_runs_the_command_as_its_own_process_with_the_path_forced(monk
     assert seen["argv"] is None and seen["sys_argv"][0] == "attnviz"
     assert seen["sys_argv"][1:] == argv_of(path, 8)[4:]
     assert seen["kernels"] is (path == "kernels")
+
+
+@pytest.mark.parametrize("kernels_start, headline", [
+    (0.3, "crossover's upper bound"),  # (faster at every length: no crossover placed, its bound shown)
+    (1.0, "crossover, "),  # (slower at short lengths: the crossover itself placed, near 21)
+])
+def test_the_headline_is_a_figure_that_was_measured(kernels_start, headline):
+    """The README's table shows the crossover where one is placed, else its upper bound: never a
+    figure the run could not measure while a measured one says what is known."""
+    lengths = [8, 16, 24, 32]
+    times = {}
+    for r, wobble in enumerate((-0.002, 0.0, 0.002)):
+        for n in lengths:
+            times["float32", n] = times.get(("float32", n), []) + [0.4 + 0.034 * n + wobble]
+            times["kernels", n] = times.get(("kernels", n), []) + [kernels_start + 0.006 * n - wobble]
+    shown = [f for f in gen_length.figures_of(times, lengths, "warm") if f.get("headline")]
+    assert len(shown) == 1
+    assert shown[0]["name"].startswith(headline) and shown[0]["value"] is not None
