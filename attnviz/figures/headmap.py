@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.computing.patterns import head_title
@@ -85,7 +85,7 @@ class HeadMapLayout:
     title_lines: tuple = ()  # the title as painted, a line each (heading: at most TITLE_LINES)
     caption_lines: tuple = ()  # the caption under it, likewise
     heading_whole: tuple = (True, True)  # whether the title, the caption is painted whole
-    extra_texts: tuple = ()  # the bottom row's cells' texts as painted (_extra_texts)
+    extra_texts: tuple = ()  # the bottom row's cells' texts as painted (_extra_texts, fitted)
 
     def origin(self, layer: int, head: int) -> tuple[float, float]:
         """The top-left corner of head (layer, head)'s cell."""
@@ -159,6 +159,8 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     for _ in hm.extras:
         extras.append(QRectF(ex, y, w_extra, cell))
         ex += w_extra + 0.4 * cell
+    label_fm = QFontMetricsF(label_font(cell))
+    texts = tuple(fitted(t, label_fm, r) for t, r in zip(texts, extras))
     return HeadMapLayout(int(width), int(height), cell, xs, ys, x_column, extras, title_h, left,
                          title_lines=lines, caption_lines=captions, heading_whole=whole, extra_texts=texts)
 
@@ -173,6 +175,28 @@ def _extra_texts(hm: HeadMap, fm: QFontMetricsF, cell: float, room: float) -> tu
         if len(texts) * w + gaps <= room:
             return tuple(texts), w
     return tuple(texts), max(cell, (room - gaps) / max(len(texts), 1))
+
+
+def label_font(cell: float):
+    """The font of the labels beside and in the cells, as large as a cell of `cell` px allows."""
+    return figure_font(min(11, max(7, cell * 0.8)))
+
+
+def fitted(text: str, fm: QFontMetricsF, cell: QRectF) -> str:
+    """`text` as it fits inside `cell` with a pixel to spare on every side: whole, else ending in an
+    ellipsis, else "" (an ellipsis alone, or the whole text's ink too tall for the cell; the hover
+    gives the cell's name and number). A text drawn past its cell was cut mid-letter at its edge."""
+    room = cell.width() - 2
+    cut = text if fm.horizontalAdvance(text) <= room else fm.elidedText(text, Qt.TextElideMode.ElideRight, room)
+    if not cut.rstrip("\u2026") or fm.tightBoundingRect(text).height() > cell.height() - 2:
+        return ""
+    return cut
+
+
+def text_origin(text: str, fm: QFontMetricsF, cell: QRectF) -> QPointF:
+    """Where to draw `text` (its baseline's left end) for its ink to sit at `cell`'s centre."""
+    ink = fm.tightBoundingRect(text)
+    return QPointF(cell.center().x() - ink.center().x(), cell.center().y() - ink.center().y())
 
 
 def colour(value: float, lim: float) -> QColor:
@@ -204,7 +228,7 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     if background is not None:
         p.fillRect(QRectF(0, 0, lay.width, lay.height), background)
     c, lim = lay.cell, hm.limit
-    f = figure_font(min(11, max(7, c * 0.8)))
+    f = label_font(c)
     p.setFont(figure_font(11, bold=True))
     p.setPen(text)
     lh = QFontMetricsF(figure_font(11)).height()
@@ -231,11 +255,13 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
         _paint_across_labels(p, lay, f, n_layer, n_head)
     else:
         _paint_down_labels(p, hm, lay, f, n_layer, n_head)
-    texts = lay.extra_texts or tuple(extra_label(name, v) for name, v in hm.extras)
-    for r, (_name, v), label in zip(lay.extra_rects, hm.extras, texts):
+    fm = QFontMetricsF(f)
+    for r, (_name, v), label in zip(lay.extra_rects, hm.extras, lay.extra_texts):
+        if not label:
+            continue
         light = abs(v) < 0.6 * lim if lim > 0 else v == 0  # (the cell's colour: colour_indices)
         p.setPen(QColor(Qt.GlobalColor.black) if light else QColor(Qt.GlobalColor.white))
-        p.drawText(r, Qt.AlignmentFlag.AlignCenter, label)
+        p.drawText(text_origin(label, fm, r), label)
     # switched-off heads crossed out, the focused head outlined
     pen = QPen(MARK, max(1.5, c * 0.12))
     p.setPen(pen)

@@ -8,6 +8,7 @@ decides when to show a result."""
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import fields
 
 import pyqtgraph as pg
@@ -360,9 +361,30 @@ def _arrays_text(held: int, allocated: int) -> str:
 # -- messages --------------------------------------------------------------------------------------
 
 def typeset(note: str) -> str:
-    """A preset's note or source as the window writes it: its ASCII dash and arrow (" - ", "->")
-    as an en dash and "→" (presets.json keeps them as the reference configs quote them)."""
-    return note.replace(" - ", " \u2013 ").replace("->", "\u2192")
+    """A preset's note or source as the window writes it: its ASCII arrow and "!=" as "→" and "≠",
+    and a spaced hyphen as a minus "−" in a formula, else an en dash (presets.json keeps them as the
+    reference configs quote them). See _dash for which is which."""
+    note = note.replace("->", "\u2192").replace("!=", "\u2260")
+    clauses = note.split(";")
+    return ";".join(_SPACED_HYPHEN.sub(lambda m: _dash(m, clause), clause) for clause in clauses)
+
+
+_SPACED_HYPHEN = re.compile(r"(\S+) - (?=(\S+))")
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+_NAME = re.compile(r"[A-Za-z]|[A-Za-z]\w*(_|\d)\w*")  # a letter, or a name like d_model, x1
+
+
+def _dash(m: re.Match, clause: str) -> str:
+    """A spaced hyphen between two operands (numbers, or names like "d" and "d_model") is a minus
+    where one of them is a name ("d - 1") or the clause is a formula ("4 * 256 - 1 = 1023"); else
+    it is an en dash: between words ("shorter - not verified", "128 - meaningless") or a range
+    ("5 - 10")."""
+    left, right = m.group(1), m.group(2)
+    a, b = (t.strip("()[],.:") for t in (left, right))
+    operands = all(_NUMBER.fullmatch(t) or _NAME.fullmatch(t) for t in (a, b))
+    formula = any(op in clause for op in "=*/+\u00d7\u2260")
+    minus = operands and (formula or _NAME.fullmatch(a) or _NAME.fullmatch(b))
+    return left + (" \u2212 " if minus else " \u2013 ")
 
 
 def as_sentence(note: str) -> str:

@@ -68,6 +68,7 @@ class PatchingPanel(QWidget):
         self.shown = False  # the tab in sight (a head clicked here leaves it up)
         self._labels = None  # the clean text's token labels, once tokenised (the position's readout)
         self._clean = (None, None, None)  # (model, text, the text tokenised: Lengths.clean)
+        self._swap = ("", "", "")  # (clean text, corrupted text, Corrupt's line about them)
         self._build()
         self._lay_out()
         self._check = QTimer(self)
@@ -191,6 +192,7 @@ class PatchingPanel(QWidget):
     # --- input ------------------------------------------------------------------------------------
     def _on_text(self, text: str) -> None:
         self.clean_label.setText(_shown(text))
+        self._say_swap()
         self._check_soon()
         self._show_stale()
 
@@ -206,6 +208,7 @@ class PatchingPanel(QWidget):
             self._check_soon()
 
     def _on_corrupt(self, _text: str) -> None:
+        self._say_swap()
         self._check_soon()
         self._show_stale()
 
@@ -248,10 +251,18 @@ class PatchingPanel(QWidget):
         try:
             proposal = propose_corrupt(self.state.model, self.state.text)
         except InputError as exc:
-            _say(self.swapped, str(exc))
+            self._swap = (self.state.text, self.corrupt_box.text(), str(exc))
+            self._say_swap()
             return
+        self._swap = (self.state.text, proposal.text, _sentence(proposal.describe()))
         fill(self.corrupt_box, proposal.text)
-        _say(self.swapped, _sentence(proposal.describe()))
+        self._say_swap()
+
+    def _say_swap(self) -> None:
+        """Corrupt's line (what it swapped, or why it could not) while both texts are the ones it
+        spoke of: a corrupted text typed or opened since is not the swap it describes."""
+        clean, corrupt, line = self._swap
+        _say(self.swapped, line if (clean, corrupt) == (self.state.text, self.corrupt_box.text()) else "")
 
     def check_lengths(self) -> None:
         """The clean token at P; one line with both lengths and the aligned tokens when the two texts
