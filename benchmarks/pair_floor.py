@@ -2,7 +2,8 @@
 (not a benchmark of its own: qsteps measures them in its run).
 
 - packed_arrays: every array of the layers' packed matrices (blocks, scales, offsets), the bytes
-  qsteps' floor reads (benchmarks/streaming.py: one thread's plain read).
+  qsteps' floor reads (benchmarks/streaming.py: one thread's plain read); packed_bytes: their
+  bytes as the packed matrices count them.
 - products_alone: the layers' matrix products of one row on their own, on the serial kernels.
 - two_threads: on two threads started together (the partner spins for each round, so no wake-up
   is timed), the same bytes' plain read (each thread a contiguous half of the arrays) and the
@@ -42,6 +43,12 @@ def part_arrays(parts) -> list:
 def packed_arrays(store) -> list:
     """Every array the layers' packed matrices hold: what a step's products read."""
     return part_arrays(_packed_parts(store))
+
+
+def packed_bytes(store) -> int:
+    """The bytes of every layer's packed matrices (qpack's PackedLayer.nbytes): the quantised
+    bytes qsteps' floor is the read of."""
+    return sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
 
 
 def products_alone(store, repeat: int) -> list[float]:

@@ -70,7 +70,7 @@ import time
 import numpy as np
 
 from attnviz.engine.computing.request import RunRequest
-from benchmarks.pair_floor import packed_arrays, products_alone, two_threads
+from benchmarks.pair_floor import packed_arrays, packed_bytes, products_alone, two_threads
 from benchmarks.qsteps_processes import load_smollm2, process_figures, run_children
 from benchmarks.record import figure, write
 from benchmarks.streaming import read_ms
@@ -350,7 +350,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
     reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
     bandwidth; the products alone and the unembedding. `goal`: _as_generate_figures'."""
     store = model.weights.layers
-    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    packed = packed_bytes(store)
     from attnviz.engine.computing import onerow_pair
     before = dict(onerow_pair.TAKEN)
     times, step = _generation_times(model, ids, fresh, T, repeat)
@@ -460,7 +460,7 @@ def main() -> None:
     THREADS[0] = args.threads
     model, load_s, warm = load_smollm2(args.threads)
     store = model.weights.layers
-    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    packed = packed_bytes(store)
     views = store.view_bytes()
     rng = np.random.default_rng(0)
     ids = rng.integers(100, model.config.vocab_size, 600).tolist()
