@@ -2,7 +2,8 @@
 (not a benchmark of its own: qsteps measures them in its run).
 
 - packed_arrays: every array of the layers' packed matrices (blocks, scales, offsets), the bytes
-  qsteps' floor reads (benchmarks/streaming.py: one thread's plain read).
+  qsteps' floor reads (benchmarks/streaming.py: one thread's plain read); packed_bytes: their
+  bytes as the packed matrices count them.
 - products_alone: the layers' matrix products of one row on their own, on the serial kernels.
 - two_threads: on two threads started together (the partner spins for each round, so no wake-up
   is timed), the same bytes' plain read (each thread a contiguous half of the arrays) and the
@@ -10,10 +11,12 @@
   groups in CHUNKS chunks either thread takes, both waiting for the stage's last chunk).
   Two threads read the bytes faster than one; the products then show what the kernels' own
   work leaves of that (where the two threads share a core's vector units, little).
+  two_thread_figures: qsteps' figures of them.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 
@@ -22,6 +25,7 @@ from numba import njit
 from numba.typed import List
 
 from attnviz.engine.computing import onerow_pair as op
+from benchmarks.record import figure
 
 READ, PRODUCTS = 0, 1  # two_threads' ways
 GO, WAY, DONE = 0, 8, 16  # the control array's slots (each on a cache line of its own)
@@ -42,6 +46,12 @@ def part_arrays(parts) -> list:
 def packed_arrays(store) -> list:
     """Every array the layers' packed matrices hold: what a step's products read."""
     return part_arrays(_packed_parts(store))
+
+
+def packed_bytes(store) -> int:
+    """The bytes of every layer's packed matrices (qpack's PackedLayer.nbytes): the quantised
+    bytes qsteps' floor is the read of."""
+    return sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
 
 
 def products_alone(store, repeat: int) -> list[float]:
@@ -144,3 +154,25 @@ def two_threads(store, repeat: int) -> dict[str, list[float]] | None:
         ctl[GO] = -1
         partner.join()
     return times
+
+
+def two_thread_figures(store, T: int, floor: float, alone: float, repeat: int) -> list[dict]:
+    """qsteps' figures of two_threads at T: the packed bytes' plain read and the layers' products
+    alone on two threads, against one thread's floor and products (`alone`: their median ms)."""
+    times = two_threads(store, repeat)
+    if times is None:
+        return []
+    read, prods = statistics.median(times["read"]), statistics.median(times["products"])
+    print(f"  two threads: plain read {read:.2f} ms ({read / floor:.2f}x one thread's floor), the "
+          f"products alone {prods:.2f} ms ({prods / floor:.2f}x; one thread's {alone:.2f} ms)", flush=True)
+    return [
+        figure(f"generation step T = {T}: two threads' plain read / quantised-bytes floor", read / floor, "x",
+               runs=[t / floor for t in times["read"]], note=f"median {read:.2f} ms: each thread a contiguous half of the "
+                                        f"packed arrays, both started together; floor {floor:.2f} ms "
+                                        f"(one thread's); no goal"),
+        figure(f"generation step T = {T}: the layers' products alone on two threads / quantised-bytes "
+               f"floor", prods / floor, "x", runs=[t / floor for t in times["products"]],
+               note=f"median {prods:.2f} ms (one thread's serial kernels {alone:.2f} ms): every packed "
+                    f"matrix a stage of onerow_pair's chunks on two threads, in turns with the read "
+                    f"above; no goal"),
+    ]

@@ -43,8 +43,8 @@ in one process, in turns (not a test).
   T positions: 23.6 MB for SmolLM2 at T = 512), at the same read bandwidth: no goal.
 - run of n rows (16, 64, 128, 256, 512) where no layer's float32 copy is held (the model as loaded with
   the kernels): on the kernels against expanding every layer for the float32 product (a budget of
-  one layer, so each run expands them again), in turns. Where the kernels stop being faster is
-  qmatvec.ROWS_UNEXPANDED.
+  one layer, so each run expands them again), in turns (benchmarks/qsteps_rows.py). Where the
+  kernels stop being faster is qmatvec.ROWS_UNEXPANDED.
 - memory: the bytes of the layers' packed views (their blocks as the kernels read them, no
   float32 copy of a packed matrix), and VmRSS of a fresh process after loading SmolLM2 and typing
   a sentence key by key (one run a key, as the window's engine does), with the kernels and
@@ -66,12 +66,14 @@ import argparse
 import os
 import statistics
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from attnviz.engine.computing.request import RunRequest
-from benchmarks.pair_floor import packed_arrays, products_alone, two_threads
+from benchmarks.pair_floor import packed_arrays, packed_bytes, products_alone, two_thread_figures
 from benchmarks.qsteps_processes import load_smollm2, process_figures, run_children
+from benchmarks.qsteps_rows import unexpanded_runs
 from benchmarks.record import figure, write
 from benchmarks.streaming import read_ms
 
@@ -164,38 +166,6 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
 def _kv_bytes(cfg, T: int) -> int:
     """Bytes of float32 K and V a step at T tokens reads: every layer's [n_kv_head, T, d_head] x2."""
     return 2 * cfg.n_layer * cfg.n_kv_head * T * cfg.d_head * 4
-
-
-def _unexpanded_runs(store, repeat: int) -> list:
-    """Runs of n rows on a SmolLM2 that holds no float32 layer (module docstring)."""
-    from attnviz.engine.computing import qmatvec as qm
-    from attnviz.engine.computing.load import load_model
-    small = load_model("SmolLM2-135M-Instruct", budget=max(store.sizes))  # room for one layer
-    rng = np.random.default_rng(2)
-    figs, crossover = [], qm.ROWS_UNEXPANDED
-    for n in (16, 64, 128, 256, 512):
-        ids = rng.integers(100, small.config.vocab_size, n).tolist()
-        times: dict = {"kernels": [], "expanding": []}
-        for r in range(max(2, repeat // 5) + 1):
-            for way in (("kernels", "expanding") if r % 2 else ("expanding", "kernels")):
-                qm.ROWS_UNEXPANDED = 1 << 30 if way == "kernels" else 0
-                t0 = time.perf_counter()
-                small.run(ids=ids, request=RunRequest(use_cache=False))
-                if r:  # the first round warms both ways
-                    times[way].append((time.perf_counter() - t0) * 1e3)
-        qm.ROWS_UNEXPANDED = crossover
-        a, b, load = statistics.median(times["kernels"]), statistics.median(times["expanding"]), os.getloadavg()[0]
-        figs += [figure(f"run of {n} rows, no float32 copy held: kernels", a, "ms", runs=times["kernels"],
-                        note=f"every layer's patterns; median; load average {load:.1f}"),
-                 figure(f"run of {n} rows, no float32 copy held: expanding the layers", b, "ms",
-                        runs=times["expanding"],
-                        note=f"each layer expanded for the float32 product, in turns with the kernels; "
-                             f"median; load average {load:.1f}"),
-                 figure(f"run of {n} rows: kernels / expanding", a / b, "x",
-                        note=f"ROWS_UNEXPANDED = {crossover}: below it the kernels run")]
-        print(f"run of {n} rows, no float32 held: kernels {a:.0f} ms, expanding {b:.0f} ms "
-              f"({a / b:.2f}x)  load {load:.1f}", flush=True)
-    return figs
 
 
 def keystroke_figures(model, ids: list[int], fresh, repeat: int, threads: int) -> list[dict]:
@@ -322,83 +292,38 @@ def _as_generate_figures(T: int, steps, ratios, took, floor: float, load: float,
     ]
 
 
-def _two_thread_figures(store, T: int, floor: float, alone: float, repeat: int) -> list[dict]:
-    """The packed bytes' plain read and the layers' products alone on two threads (pair_floor's
-    two_threads), against one thread's floor and products."""
-    times = two_threads(store, repeat)
-    if times is None:
-        return []
-    read, prods = statistics.median(times["read"]), statistics.median(times["products"])
-    print(f"  two threads: plain read {read:.2f} ms ({read / floor:.2f}x one thread's floor), the "
-          f"products alone {prods:.2f} ms ({prods / floor:.2f}x; one thread's {alone:.2f} ms)", flush=True)
+class Floor(NamedTuple):
+    """A run's quantised-bytes floor (generation_figures'): `ms`, one thread's plain read of the
+    `packed` bytes at the run's fastest read (`read` ms for `read_bytes`), and the reads beside
+    the steps in turns and around generate's blocks."""
+    ms: float
+    packed: int
+    read: float
+    read_bytes: int
+    beside_steps: list
+    around_blocks: list
+
+
+def _ways_floor_figures(T: int, repeat: int, times: dict, took: dict, paired: list, fl: Floor) -> list[dict]:
+    """The ways in turns against the floor (generation_figures'): generate's (two threads with
+    fallback) and how often it took the pair, one thread, two threads, and one thread's steps each
+    beside its own read (`paired`: their ratios)."""
+    floor = fl.ms
+    a, two = statistics.median(times["one call"]), statistics.median(times["one call, two threads"])
+    gen = statistics.median(times[PAIRED])
     return [
-        figure(f"generation step T = {T}: two threads' plain read / quantised-bytes floor", read / floor, "x",
-               runs=[t / floor for t in times["read"]], note=f"median {read:.2f} ms: each thread a contiguous half of the "
-                                        f"packed arrays, both started together; floor {floor:.2f} ms "
-                                        f"(one thread's); no goal"),
-        figure(f"generation step T = {T}: the layers' products alone on two threads / quantised-bytes "
-               f"floor", prods / floor, "x", runs=[t / floor for t in times["products"]],
-               note=f"median {prods:.2f} ms (one thread's serial kernels {alone:.2f} ms): every packed "
-                    f"matrix a stage of onerow_pair's chunks on two threads, in turns with the read "
-                    f"above; no goal"),
-    ]
-
-
-def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
-                       goal: bool = True) -> list[dict]:
-    """Generation steps at T: the three ways' medians, against the floors of the bytes a step
-    reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
-    bandwidth; the products alone and the unembedding. `goal`: _as_generate_figures'."""
-    store = model.weights.layers
-    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
-    from attnviz.engine.computing import onerow_pair
-    before = dict(onerow_pair.TAKEN)
-    times, step = _generation_times(model, ids, fresh, T, repeat)
-    took = {k: onerow_pair.TAKEN[k] - before[k] for k in before}  # (the fallback's calls: PAIRED's alone)
-    on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
-    floor_ms, f32_bytes = _float32_pass(model.weights, 5)
-    blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
-    arrays = packed_arrays(store)
-    read, read_bytes = read_ms(arrays, 25)
-    paired_steps, paired_reads = _steps_beside_reads(step, arrays, repeat)
-    as_gen, gen_ratios, gen_reads, gen_took = _as_generate(model, head, ids, fresh, T, repeat, arrays)
-    read = min([read] + paired_reads + gen_reads)  # (the fastest read of the run: the floor)
-    paired = [a_ / r_ for a_, r_ in zip(paired_steps, paired_reads)]
-    floor = packed * read / read_bytes
-    kv = _kv_bytes(model.config, T)
-    floor_kv = (packed + kv) * read / read_bytes
-    logits = []
-    final = np.zeros((1, model.config.d_model), np.float32)
-    for _ in range(5):
-        t = time.perf_counter()
-        head.logits(final)
-        logits.append((time.perf_counter() - t) * 1e3)
-    alone = products_alone(store, repeat)
-    a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
-    two, gen = statistics.median(times["one call, two threads"]), statistics.median(times[PAIRED])
-    figs = [
-        figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
-               statistics.median(alone) / floor, "x", runs=[t / floor for t in alone],
-               note=f"every packed layer matrix once on the serial kernels, one row, nothing "
-                    f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
-                    f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
-                    f"SwiGLU's gate) and the calls between"),
-        *_ways_figures(f"generation step T = {T}, {{}}", times, load,
-                       f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
-                       f"a generation's steps at T = {T}..{T + repeat - 1}"),
-        *_as_generate_figures(T, as_gen, gen_ratios, gen_took, floor, load, goal),
         figure(f"generation step T = {T}: generate's kernels (two threads with fallback) / "
                f"quantised-bytes floor", gen / floor, "x",
                note=f"the one call as generate and the window's generation take it: on two "
                     f"threads, or one where onerow_pair's fallback finds the pair does not pay; "
                     f"in turns with the other ways, each step after another way's (not after its "
                     f"own unembedding, as in a generation); "
-                    f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
+                    f"floor {floor:.2f} ms: one thread's plain read of the {fl.packed / 1e6:.0f} MB "
                     f"packed, the fastest of {25 + 3 * repeat + 6 * repeat} in the run, 25 after "
                     f"the steps, 3 beside each of {repeat} more steps and 3 around each block "
-                    f"of generate's own ({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
-                    f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms, around the blocks "
-                    f"{min(gen_reads):.2f}-{max(gen_reads):.2f} ms)"),
+                    f"of generate's own ({fl.read_bytes / fl.read / 1e6:.1f} GB/s; reads beside the steps "
+                    f"{min(fl.beside_steps):.2f}-{max(fl.beside_steps):.2f} ms, around the blocks "
+                    f"{min(fl.around_blocks):.2f}-{max(fl.around_blocks):.2f} ms)"),
         figure(f"generation step T = {T}: generate's steps that took two threads",
                100 * took["pair"] / max(1, sum(took.values())), "%",
                note=f"onerow_pair's fallback chose the pair for {took['pair']} of generate's way's "
@@ -415,6 +340,60 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
                note=f"{repeat} more steps each way's generation on, each in turns with the "
                     f"fastest of 3 reads beside it: the median of step / read, the two taken "
                     f"in the same moments (the memory's bandwidth drifts); no goal"),
+    ]
+
+
+def _unembedding_ms(model, head) -> list[float]:
+    """ms of head.logits of one row, 5 times."""
+    logits = []
+    final = np.zeros((1, model.config.d_model), np.float32)
+    for _ in range(5):
+        t = time.perf_counter()
+        head.logits(final)
+        logits.append((time.perf_counter() - t) * 1e3)
+    return logits
+
+
+def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
+                       goal: bool = True) -> list[dict]:
+    """Generation steps at T: the three ways' medians, against the floors of the bytes a step
+    reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
+    bandwidth; the products alone and the unembedding. `goal`: _as_generate_figures'."""
+    store = model.weights.layers
+    packed = packed_bytes(store)
+    from attnviz.engine.computing import onerow_pair
+    before = dict(onerow_pair.TAKEN)
+    times, step = _generation_times(model, ids, fresh, T, repeat)
+    took = {k: onerow_pair.TAKEN[k] - before[k] for k in before}  # (the fallback's calls: PAIRED's alone)
+    on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
+    floor_ms, f32_bytes = _float32_pass(model.weights, 5)
+    blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
+    arrays = packed_arrays(store)
+    read, read_bytes = read_ms(arrays, 25)
+    paired_steps, paired_reads = _steps_beside_reads(step, arrays, repeat)
+    as_gen, gen_ratios, gen_reads, gen_took = _as_generate(model, head, ids, fresh, T, repeat, arrays)
+    read = min([read] + paired_reads + gen_reads)  # (the fastest read of the run: the floor)
+    paired = [a_ / r_ for a_, r_ in zip(paired_steps, paired_reads)]
+    floor = packed * read / read_bytes
+    fl = Floor(floor, packed, read, read_bytes, paired_reads, gen_reads)
+    kv = _kv_bytes(model.config, T)
+    floor_kv = (packed + kv) * read / read_bytes
+    logits = _unembedding_ms(model, head)
+    alone = products_alone(store, repeat)
+    a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+    two, gen = statistics.median(times["one call, two threads"]), statistics.median(times[PAIRED])
+    figs = [
+        figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
+               statistics.median(alone) / floor, "x", runs=[t / floor for t in alone],
+               note=f"every packed layer matrix once on the serial kernels, one row, nothing "
+                    f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
+                    f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
+                    f"SwiGLU's gate) and the calls between"),
+        *_ways_figures(f"generation step T = {T}, {{}}", times, load,
+                       f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
+                       f"a generation's steps at T = {T}..{T + repeat - 1}"),
+        *_as_generate_figures(T, as_gen, gen_ratios, gen_took, floor, load, goal),
+        *_ways_floor_figures(T, repeat, times, took, paired, fl),
         figure(f"generation step T = {T}: kernels / the packed bytes at the float32 pass's "
                f"bandwidth", a / blas, "x",
                note=f"{blas:.2f} ms: {packed / 1e6:.0f} MB at the float32 matrix-vector pass's "
@@ -426,7 +405,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int,
                note=f"floor {floor_kv:.2f} ms: the packed bytes and the {kv / 1e6:.1f} MB of "
                     f"float32 K and V the step reads (every layer's T positions), at the same "
                     f"read bandwidth"),
-        *_two_thread_figures(store, T, floor, statistics.median(alone), repeat),
+        *two_thread_figures(store, T, floor, statistics.median(alone), repeat),
         figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
                runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                  "where the head is packed (the kernels)"),
@@ -460,7 +439,7 @@ def main() -> None:
     THREADS[0] = args.threads
     model, load_s, warm = load_smollm2(args.threads)
     store = model.weights.layers
-    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    packed = packed_bytes(store)
     views = store.view_bytes()
     rng = np.random.default_rng(0)
     ids = rng.integers(100, model.config.vocab_size, 600).tolist()
@@ -474,7 +453,7 @@ def main() -> None:
     print(f"loaded in {load_s:.1f} s; packed views {views / 2**20:.0f} MiB, float32 held "
           f"{store.held_bytes() / 2**20:.0f} MiB; {args.threads} thread(s); load average {load:.1f}")
     if not args.steps_only:
-        figs += _unexpanded_runs(store, args.repeat)
+        figs += unexpanded_runs(store, args.repeat)
 
     fresh = iter(rng.integers(100, model.config.vocab_size, 100_000).tolist())
     figs += keystroke_figures(model, ids, fresh, args.repeat, args.threads)

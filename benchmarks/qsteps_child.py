@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from benchmarks import qsteps
-from benchmarks.pair_floor import packed_arrays
+from benchmarks.pair_floor import packed_arrays, packed_bytes
 from benchmarks.qsteps_processes import TS, load_smollm2, summary
 from benchmarks.streaming import read_ms
 
@@ -24,7 +24,7 @@ def measure(repeat: int, threads: int) -> dict:
     qsteps.THREADS[0] = threads
     model, _, _ = load_smollm2(threads)
     store = model.weights.layers
-    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    packed = packed_bytes(store)
     arrays = packed_arrays(store)
     rng = np.random.default_rng(0)  # (qsteps' tokens)
     ids = rng.integers(100, model.config.vocab_size, 600).tolist()

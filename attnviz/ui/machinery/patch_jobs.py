@@ -183,7 +183,7 @@ class PatchJobs(QObject):
         from attnviz.engine.computing.model import token_text
 
         model = self.state.model
-        self.cancel()
+        self._stop()  # (the view is told once, below, with this run's note or start)
         self.aligned = ""
         if model is None:
             self.note = "Load a model first"
@@ -233,6 +233,11 @@ class PatchJobs(QObject):
 
     def cancel(self, clear: bool = False) -> None:
         """Stop the run under way (it stops before its next batch); `clear` forgets the result too."""
+        if self._stop(clear):
+            self.sigChanged.emit()
+
+    def _stop(self, clear: bool = False) -> bool:
+        """cancel's work without telling the view; whether what it shows has changed."""
         was = self.running
         if self._job_id is not None:
             self._job_id = None
@@ -245,8 +250,7 @@ class PatchJobs(QObject):
             self._restore()
         if was:
             self.note = self.note or "Cancelled"
-        if was or clear:
-            self.sigChanged.emit()
+        return was or clear
 
     def _on_progress(self, job_id: int, done: int, total: int) -> None:
         if job_id == self._job_id:

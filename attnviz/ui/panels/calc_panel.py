@@ -1,20 +1,24 @@
 """CalcPanel: the calculator in the side panel, a view of AppState. Presets or free fields in; shapes,
 parameters, KV cache, the MHA / GQA / MQA comparison and a plot of cache size against context length out.
 
-All numbers come from `attnviz.engine.calc`; this widget edits the inputs, recomputes, and hands each
-result to the views in ui/panels/calc_views.py (tables, plot, text lines)."""
+All numbers come from `attnviz.engine.calc`; this widget edits the inputs (the fields made in
+ui/panels/calc_fields.py), recomputes, and hands each result to the views in ui/panels/calc_views.py
+(tables, plot, text lines)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from PySide6.QtCore import QLocale, QPoint, QRect, Qt, Signal
+from PySide6.QtCore import QPoint, QRect, Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
-from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
+from attnviz.engine.calc import CalcInputs, CalcResult, calc_inputs_from_config, calculate
 from attnviz.engine.errors import CalcError
-from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
+from attnviz.ui.panels.calc_fields import (
+    CUSTOM, DEFAULT_PRESET, FIELDS, LOADED, RUN_FIELDS, dtype_combo, field_spin, field_values, preset_combo,
+    set_item_enabled,
+)
 from attnviz.ui.panels.calc_views import (
     MLA_SET, CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, footnote_label,
     heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, typeset,
@@ -22,25 +26,6 @@ from attnviz.ui.panels.calc_views import (
 )
 
 
-LOADED, CUSTOM = "__loaded__", "__custom__"
-DEFAULT_PRESET = "llama-2-7b"  # the lesson's 4096 / 32 heads
-
-# form field -> (label, tooltip, minimum, maximum)
-FIELDS = {
-    "d_model": ("d_model", "Model width: the size of each token's vector in the residual stream.",
-                1, 1 << 20),
-    "n_head": ("n_head", "Query heads per layer.", 1, 1 << 16),
-    "n_kv_head": ("n_kv_head", "Key/value heads per layer: n_head for MHA, 1 for MQA, a divisor "
-                  "of n_head in between for GQA (each KV head serves n_head / n_kv_head query "
-                  "heads).", 1, 1 << 16),
-    "d_head": ("d_head", "Width of one head. 'auto' = d_model / n_head; some models set it "
-               "explicitly (Gemma-7B: 16 × 256 = 4,096 ≠ 3,072).", 0, 1 << 16),
-    "n_layer": ("n_layer", "Transformer layers; each keeps its own K/V cache.", 1, 1 << 14),
-    "seq_len": ("seq_len", "Tokens held in the KV cache for the totals and the comparison "
-                "(defaults to the model's longest context).", 1, 2_000_000_000),
-    "batch": ("batch", "Sequences cached at once; the cache grows linearly with it.", 1, 1 << 24),
-}
-RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
 # what the settings keep of the panel (CalcPanel.fields), each read back as its type
 FIELD_TYPES = {"preset": str, "base": str, "base_model": str, **{key: int for key in FIELDS}, "kv_dtype": str}
 
@@ -146,7 +131,7 @@ class CalcPanel(QWidget):
             return
         self._loaded_name = name
         self.preset_combo.setItemText(0, f"Loaded model: {name}")
-        self._set_item_enabled(0, True)
+        set_item_enabled(self.preset_combo, 0, True)
         self._select(LOADED)
 
     def set_seq_len(self, T: int, counted_by: str = "") -> None:
@@ -172,7 +157,7 @@ class CalcPanel(QWidget):
         shown["kv_dtype"] = self.dtype_combo.currentData()
         preset = self.preset_combo.currentData()
         if preset != CUSTOM:
-            own = self._field_values(self._base)
+            own = field_values(self._base, self.spins, self.dtype_combo)
             shown = {key: "" if value == own[key] else value for key, value in shown.items()}
         model = self._loaded_name if self._base_key == LOADED else ""
         return {"preset": preset, "base": self._base_key, "base_model": model, **shown}
@@ -247,19 +232,7 @@ class CalcPanel(QWidget):
         lay.addStretch(1)
 
     def _build_presets(self) -> QComboBox:
-        self.preset_combo = QComboBox()
-        self.preset_combo.setToolTip(
-            "Fill the fields from the loaded model's config.json or from a real model (each "
-            "preset keeps its source). Editing the model's shape switches to 'Custom'; seq_len, "
-            "batch and the KV dtype keep the preset.")
-        self.preset_combo.addItem("Loaded model (none yet)", LOADED)
-        self._set_item_enabled(0, False)
-        self.preset_combo.addItem("Custom", CUSTOM)
-        for p in self.presets.values():
-            self.preset_combo.addItem(p.name, p.id)
-            self.preset_combo.setItemData(self.preset_combo.count() - 1,
-                                          f"{p.attention_type}\nsource: {p.source}",
-                                          Qt.ItemDataRole.ToolTipRole)
+        self.preset_combo = preset_combo(self.presets)
         return self.preset_combo
 
     def _build_fields(self) -> QFormLayout:
@@ -269,23 +242,10 @@ class CalcPanel(QWidget):
         form.setVerticalSpacing(3)
         self.spins: dict[str, QSpinBox] = {}
         self.error_labels: dict[str, QLabel] = {}
-        for key, (label, tip, lo, hi) in FIELDS.items():
-            spin = QSpinBox()
-            spin.setRange(lo, hi)
-            spin.setLocale(QLocale.c())  # "4,096" in every language, as the panel's lines write it
-            spin.setGroupSeparatorShown(True)
-            spin.setToolTip(tip)
-            spin.setKeyboardTracking(True)
-            if key == "d_head":
-                spin.setSpecialValueText("auto")
-            self.spins[key] = spin
-            form.addRow(label, self._with_error(key, spin))
-        self.dtype_combo = QComboBox()
-        for name, bits in KV_DTYPE_BITS.items():
-            self.dtype_combo.addItem(f"{name} ({bits} bits)", name)
-        self.dtype_combo.setCurrentIndex(list(KV_DTYPE_BITS).index("fp16"))
-        self.dtype_combo.setToolTip("Data type of the cached keys and values. Quantised caches "
-                                    "(fp8, int8, int4) are counted without their scales.")
+        for key, (label, *_) in FIELDS.items():
+            self.spins[key] = field_spin(key)
+            form.addRow(label, self._with_error(key, self.spins[key]))
+        self.dtype_combo = dtype_combo()
         form.addRow("KV dtype", self._with_error("kv_dtype", self.dtype_combo))
         return form
 
@@ -341,11 +301,6 @@ class CalcPanel(QWidget):
         self.error_labels[key] = error_label()
         v.addWidget(self.error_labels[key])
         return box
-
-    def _set_item_enabled(self, index: int, enabled: bool) -> None:
-        item = self.preset_combo.model().item(index)
-        if item is not None:
-            item.setEnabled(enabled)
 
     # -- signals ---------------------------------------------------------------------------------
 
@@ -411,23 +366,9 @@ class CalcPanel(QWidget):
             self.preset_combo.blockSignals(False)
         self._recompute()
 
-    def _field_values(self, inp: CalcInputs) -> dict:
-        """A model's numbers as the fields and the KV dtype show them."""
-        n_kv = inp.n_kv_head or inp.n_head
-        auto = inp.d_head is None or inp.d_head == default_d_head(inp.d_model, inp.n_head)
-        values = {"d_model": inp.d_model, "n_head": inp.n_head, "n_kv_head": n_kv,
-                  "d_head": 0 if auto else inp.d_head, "n_layer": inp.n_layer,
-                  "seq_len": inp.seq_len or inp.max_positions or 4096, "batch": inp.batch}
-        if inp.mla is not None:  # (no KV heads; d_head from the ranks, not d_model / n_head)
-            values.update({key: value for key, (value, _) in mla_fields(inp).items()})
-        values = {key: min(max(int(values[key]), spin.minimum()), spin.maximum())
-                  for key, spin in self.spins.items()}
-        index = max(0, self.dtype_combo.findData(inp.kv_dtype))
-        return {**values, "kv_dtype": self.dtype_combo.itemData(index)}
-
     def _fill_fields(self, inp: CalcInputs) -> None:
         """Show a model's numbers in the fields without treating it as an edit."""
-        values = self._field_values(inp)
+        values = field_values(inp, self.spins, self.dtype_combo)
         for key, spin in self.spins.items():
             spin.blockSignals(True)
             spin.setValue(values[key])
