@@ -9,6 +9,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from PySide6.QtCore import Qt  # noqa: E402
+
 from attnviz.engine.calc import calculate  # noqa: E402
 from attnviz.engine.calc.presets import load_presets, preset_inputs  # noqa: E402
 from attnviz.ui.panels.calc_panel import CUSTOM, LOADED, CalcPanel  # noqa: E402
@@ -212,10 +214,18 @@ def test_the_sentence_line_says_whose_tokenizer_counted_it_under_another_model(c
     calc_panel.set_seq_len(46, "Toy-7M")
     assert "this sentence: <b>46 tokens →" in calc_panel.sentence_label.text()
     assert "tokenizer" not in calc_panel.sentence_label.text()
+    marker = calc_panel.plot.sentence_marker.label
+    assert marker.toPlainText() == "sentence: 46"
     select(calc_panel, "deepseek-v3")
     assert "this sentence: <b>46 tokens</b> (Toy-7M's tokenizer) <b>→" in calc_panel.sentence_label.text()
+    assert marker.toPlainText() == "sentence: 46 (Toy-7M's tokenizer)"  # (the plot's marker says it too)
+    calc_panel.set_seq_len(46, "Meta-Llama-3.1-8B-Instruct-Q4_K_M")  # (a long name is cut on the plot)
+    assert marker.toPlainText() == "sentence: 46 (Meta-Llama-3.1-8B-Instr\u2026's tokenizer)"
+    assert "(Meta-Llama-3.1-8B-Instruct-Q4_K_M's tokenizer)" in calc_panel.sentence_label.text()
+    calc_panel.set_seq_len(46, "Toy-7M")
     calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(LOADED))
     assert "tokenizer" not in calc_panel.sentence_label.text()
+    assert marker.toPlainText() == "sentence: 46"
 
 
 def test_every_presets_notes_are_punctuated_as_the_window_is(calc_panel):
@@ -229,6 +239,17 @@ def test_every_presets_notes_are_punctuated_as_the_window_is(calc_panel):
     assert "num_key_value_heads 128 \u2013 meaningless for cache size" in calc_panel.notes_label.text()
     select(calc_panel, "gpt2-medium")  # a note that starts with a config key keeps its case
     assert "n_inner=null \u2192 4*n_embd." in calc_panel.notes_label.text().splitlines(), calc_panel.notes_label.text()
+
+
+def test_a_presets_hover_in_the_list_is_punctuated_as_its_notes_are(calc_panel):
+    """The preset list's hover gives a preset's attention type and source as the notes write them:
+    Gemma 7B's "MHA (head_dim != d_model/n_heads)" reads "≠" there too."""
+    combo = calc_panel.preset_combo
+    tips = [combo.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(combo.count())]
+    tips = [t for t in tips if t]
+    assert tips and not [t for t in tips if "!=" in t or "->" in t or " - " in t], tips
+    gemma = combo.itemData(combo.findData("gemma-7b"), Qt.ItemDataRole.ToolTipRole)
+    assert gemma.startswith("MHA (head_dim \u2260 d_model/n_heads)\nsource: "), gemma
 
 
 def test_the_kept_note_names_a_short_list_of_window_layers_and_counts_a_long_one(calc_panel):

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QComboBox, QSpinBox
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs
 from attnviz.engine.reading.hf_config import default_d_head
-from attnviz.ui.panels.calc_views import mla_fields
+from attnviz.ui.panels.calc_views import mla_fields, typeset
 
 LOADED, CUSTOM = "__loaded__", "__custom__"
 DEFAULT_PRESET = "llama-2-7b"  # the lesson's 4096 / 32 heads
@@ -45,7 +45,7 @@ def preset_combo(presets: dict) -> QComboBox:
     combo.addItem("Custom", CUSTOM)
     for p in presets.values():
         combo.addItem(p.name, p.id)
-        combo.setItemData(combo.count() - 1, f"{p.attention_type}\nsource: {p.source}",
+        combo.setItemData(combo.count() - 1, f"{typeset(p.attention_type)}\nsource: {typeset(p.source)}",
                           Qt.ItemDataRole.ToolTipRole)
     return combo
 

@@ -438,4 +438,4 @@ class CalcPanel(QWidget):
     def _show_sentence(self) -> None:
         of = self._loaded_name if self._base_key == LOADED else ""  # the model whose layout is shown
         self.sentence_label.setText(sentence_text(self.result, self.sentence_len, self._counted_by, of))
-        self.plot.show_sentence(self.result, self.sentence_len)
+        self.plot.show_sentence(self.result, self.sentence_len, self._counted_by, of)

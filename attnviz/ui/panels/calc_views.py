@@ -193,8 +193,10 @@ class KVPlot(pg.PlotWidget):
         else:
             self.max_marker.hide()
 
-    def show_sentence(self, r: CalcResult | None, T: int | None) -> None:
-        """The sentence marker at `T` tokens (hidden without a result or a sentence)."""
+    def show_sentence(self, r: CalcResult | None, T: int | None, counted_by: str = "",
+                      layout_of: str = "") -> None:
+        """The sentence marker at `T` tokens (hidden without a result or a sentence), naming whose
+        tokenizer counted them under another model's layout (sentence_text's rule)."""
         if r is None or not T:
             self.sentence_marker.hide()
             return
@@ -202,7 +204,12 @@ class KVPlot(pg.PlotWidget):
             self.show_result(r, T)  # a sentence longer than the plotted range widens it
         self.sentence_marker.show()  # a hidden label ignores setFormat
         self.sentence_marker.setValue(T)
-        self.sentence_marker.label.setFormat(f"sentence: {T:,}")
+        name = counted_by if len(counted_by) <= MARKER_NAME else counted_by[:MARKER_NAME - 1] + "\u2026"
+        whose = f" ({name}'s tokenizer)" if counted_by and counted_by != layout_of else ""
+        self.sentence_marker.label.setFormat(f"sentence: {T:,}{whose}")
+
+
+MARKER_NAME = 24  # characters of a model's name the plot's sentence marker shows (the plot is narrow)
 
 
 def _unit_for(top: float) -> tuple[int, str]:
