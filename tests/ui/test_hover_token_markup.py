@@ -1,7 +1,8 @@
 """The heads grid's and the focus view's hovers show a key such as Llama's '<s>' as it is: read as
 rich text, 'L0 H3  are → <s>' lost the token and struck out the rest of the line. Each view is
-hovered first over a cell without the token and then over one with it, so the read-out under test
-is a new one (a view sets its tooltip only when its read-out changes)."""
+hovered over a cell without the token, then over one with it, by moves sent to the view itself
+(hover_plot): a second qtbot.mouseMove to the point the pointer is already at delivers no move, so
+the read-out would stay the one before."""
 
 from windows import hover_plot, tip_shown
 
