@@ -417,6 +417,7 @@ def rich_label() -> QLabel:
 def error_label() -> QLabel:
     """A wrapping label in the error colour under a field, hidden until a message."""
     label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)
     label.setWordWrap(True)
     label.setStyleSheet(f"color: {ERROR};")
     label.hide()
@@ -475,5 +476,6 @@ def dropped_text(made_on: str, shown: str) -> str:
 def heading(text: str) -> QLabel:
     """A bold section heading of the results."""
     label = QLabel(f"<b>{html.escape(text)}</b>")
+    label.setTextFormat(Qt.TextFormat.RichText)
     label.setContentsMargins(0, 4, 0, 0)
     return label

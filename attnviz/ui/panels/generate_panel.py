@@ -33,7 +33,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.long_picture import colour_table
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
-from attnviz.ui.views.fields import plain_label
+from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
 from attnviz.ui.views.long_panes import indexed_image
 
 MAX_NEW = 256
@@ -95,7 +95,7 @@ class RowsView(QWidget):
         k = j + self.first
         label = self.labels[k] if k < len(self.labels) else str(k)
         self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, j]):.4g}"
-        self.setToolTip(self.hover_text)
+        self.setToolTip(plain_tip(self.hover_text))  # (it quotes a token label)
 
 
 # the top-10's cells: a gap before each number column, so the widest token never runs into its
@@ -162,19 +162,18 @@ class GeneratePanel(QWidget):
         buttons = QHBoxLayout()
         buttons.addWidget(self.generate_button)
         buttons.addWidget(self.stop_button)
-        self.status = QLabel()
+        self.status = plain_label(QLabel())
         self.status.setWordWrap(True)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setEnabled(False)
         self.step_label = plain_label(QLabel())  # (it quotes the step's token)
         self.step_label.setWordWrap(True)
-        self.kv_label = QLabel()
+        self.kv_label = plain_label(QLabel())
         self.kv_label.setWordWrap(True)
-        self.rows_caption = QLabel()
+        self.rows_caption = plain_label(QLabel())
         self.rows_caption.setWordWrap(True)
         self.rows_view = RowsView(state)
-        self.top_label = QLabel()
-        self.top_label.setTextFormat(Qt.TextFormat.RichText)
+        self.top_label = rich_label(QLabel())
         self.top_label.setWordWrap(True)  # (its title would widen the dock past the screen)
         self.plot = pg.PlotWidget(background=BACKGROUND)
         self.plot.setMinimumHeight(140)
@@ -193,7 +192,7 @@ class GeneratePanel(QWidget):
         col.addLayout(form)
         col.addLayout(buttons)
         col.addWidget(self.status)
-        col.addWidget(QLabel("Step"))
+        col.addWidget(plain_label(QLabel("Step")))
         col.addWidget(self.slider)
         col.addWidget(self.step_label)
         col.addWidget(self.kv_label)

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.analysing.samples import Guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
+from attnviz.ui.views.fields import rich_label
 
 
 class GuideBar(QWidget):
@@ -29,11 +30,11 @@ class GuideBar(QWidget):
         self.current: Guide | None = None  # the newest guide ("Show me" focuses its head)
         self._shown = None  # (the guide the answer shows, the result it was found on), or None
         self._asked = None  # what the newest guide job was asked on: the result (Find) or its scores
-        self.look = QLabel()
+        self.look = rich_label(QLabel())
         self.look.setWordWrap(True)
         self.look.setToolTip("What this sample shows; the head is found on the loaded model's own "
                              "patterns, with the roles panel's scores and baselines")
-        self.answer = QLabel()
+        self.answer = rich_label(QLabel())
         self.answer.setWordWrap(True)
         self.show_button = QToolButton()
         self.show_button.setText("Show me")
@@ -88,7 +89,7 @@ class GuideBar(QWidget):
         if self.sample is None:
             self.hide()
             return
-        self.look.setText(f"<b>Look for:</b> {self.sample.look_for}")
+        self.look.setText(f"<b>Look for:</b> {html.escape(self.sample.look_for, quote=False)}")
         self.show()
         self._fit()
         self._on_result(self.state.result)
