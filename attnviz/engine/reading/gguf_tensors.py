@@ -170,10 +170,9 @@ class GGUFTensors:
         release_pages(np.asarray(self.stored(name, shape).data))
 
     def release_again(self) -> None:
-        """Release every tensor released so far once more, after the load has read them all and
-        after each layer read later (budget.LayerStore's settle): the kernel may map a file's pages
-        a large folio per fault, so reading one tensor maps back the released pages of its
-        neighbours."""
+        """Release every tensor released so far once more, after the load has read them all: the
+        kernel may map a file's pages a large folio per fault, so reading one tensor maps back the
+        released pages of its neighbours."""
         for name, shape in self._released:
             release_pages(np.asarray(self.stored(name, shape).data))
 
