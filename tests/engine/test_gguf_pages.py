@@ -60,3 +60,21 @@ def test_a_float32_vector_is_a_copy_not_a_view_of_the_file(tmp_path):
     gain = ts.get("blk.0.attn_norm.weight", (d,))
     np.testing.assert_array_equal(gain, tensors["blk.0.attn_norm.weight"])
     assert not np.shares_memory(gain, ts.stored("blk.0.attn_norm.weight", (d,)).data)
+
+
+def test_a_tensor_released_again_and_again_is_released_once_by_release_again(tmp_path, monkeypatch):
+    """Each run that reads a layer's W_O alone releases it again; release_again (the load's last
+    step) then releases each tensor once, not once for every time a run released it."""
+    from attnviz.engine.reading import gguf_tensors as G
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    ts = G.GGUFTensors(open_gguf(path), path)
+    d = cfg["hidden_size"]
+    for _ in range(5):
+        ts.release("blk.0.attn_output.weight", (d, d))
+    ts.release("blk.1.attn_output.weight", (d, d))
+    calls = []
+    monkeypatch.setattr(G, "release_pages", lambda region: calls.append(region.nbytes))
+    ts.release_again()
+    assert len(calls) == 2
