@@ -222,6 +222,8 @@ def test_the_sentence_line_says_whose_tokenizer_counted_it_under_another_model(c
     calc_panel.set_seq_len(46, "Meta-Llama-3.1-8B-Instruct-Q4_K_M")  # (a long name is cut on the plot)
     assert marker.toPlainText() == "sentence: 46 (Meta-Llama-3.1-8B-Instr\u2026's tokenizer)"
     assert "(Meta-Llama-3.1-8B-Instruct-Q4_K_M's tokenizer)" in calc_panel.sentence_label.text()
+    calc_panel.set_seq_len(46, "my{model}")  # (a folder's name as typed, braces and all)
+    assert marker.toPlainText() == "sentence: 46 (my{model}'s tokenizer)"
     calc_panel.set_seq_len(46, "Toy-7M")
     calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(LOADED))
     assert "tokenizer" not in calc_panel.sentence_label.text()

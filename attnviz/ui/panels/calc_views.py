@@ -206,7 +206,8 @@ class KVPlot(pg.PlotWidget):
         self.sentence_marker.setValue(T)
         name = counted_by if len(counted_by) <= MARKER_NAME else counted_by[:MARKER_NAME - 1] + "\u2026"
         whose = f" ({name}'s tokenizer)" if counted_by and counted_by != layout_of else ""
-        self.sentence_marker.label.setFormat(f"sentence: {T:,}{whose}")
+        # (setFormat runs str.format on its text: a name's braces doubled, shown as typed)
+        self.sentence_marker.label.setFormat(f"sentence: {T:,}{whose}".replace("{", "{{").replace("}", "}}"))
 
 
 MARKER_NAME = 24  # characters of a model's name the plot's sentence marker shows (the plot is narrow)
@@ -370,28 +371,31 @@ def _arrays_text(held: int, allocated: int) -> str:
 def typeset(note: str) -> str:
     """A preset's note or source as the window writes it: its ASCII arrow and "!=" as "→" and "≠",
     and a spaced hyphen as a minus "−" in a formula, else an en dash (presets.json keeps them as the
-    reference configs quote them). See _dash for which is which."""
-    note = note.replace("->", "\u2192").replace("!=", "\u2260")
-    clauses = note.split(";")
-    return ";".join(_SPACED_HYPHEN.sub(lambda m: _dash(m, clause), clause) for clause in clauses)
+    reference configs quote them). See _minus for which is which."""
+    words = note.replace("->", "\u2192").replace("!=", "\u2260").split(" ")
+    for i in range(1, len(words) - 1):
+        if words[i] == "-" and words[i - 1] and words[i + 1]:
+            words[i] = "\u2212" if _minus(words[i - 2] if i > 1 else "", words[i - 1], words[i + 1],
+                                          words[i + 2] if i + 2 < len(words) else "") else "\u2013"
+    return " ".join(words)
 
 
-_SPACED_HYPHEN = re.compile(r"(\S+) - (?=(\S+))")
+_OPERATORS = "=*/+\u00d7\u2260<>"
 _NUMBER = re.compile(r"\d+(\.\d+)?")
-_NAME = re.compile(r"[A-Za-z]|[A-Za-z]\w*(_|\d)\w*")  # a letter, or a name like d_model, x1
+_NAME = re.compile(r"[A-Za-z]|[A-Za-z]\w*_\w*")  # a letter, or a name like d_model (not Qwen2, h0)
 
 
-def _dash(m: re.Match, clause: str) -> str:
-    """A spaced hyphen between two operands (numbers, or names like "d" and "d_model") is a minus
-    where one of them is a name ("d - 1") or the clause is a formula ("4 * 256 - 1 = 1023"); else
-    it is an en dash: between words ("shorter - not verified", "128 - meaningless") or a range
-    ("5 - 10")."""
-    left, right = m.group(1), m.group(2)
-    a, b = (t.strip("()[],.:") for t in (left, right))
-    operands = all(_NUMBER.fullmatch(t) or _NAME.fullmatch(t) for t in (a, b))
-    formula = any(op in clause for op in "=*/+\u00d7\u2260")
-    minus = operands and (formula or _NAME.fullmatch(a) or _NAME.fullmatch(b))
-    return left + (" \u2212 " if minus else " \u2013 ")
+def _minus(before: str, left: str, right: str, after: str) -> bool:
+    """Whether "left - right" is a subtraction: both operands (numbers, or names like "d" and
+    "d_model") and either one a name ("d - 1", "(n_head - 1)") or an operator next to them
+    ("4 * 256 - 1 = 1023", "4*256 - 1"). Else an en dash: between words ("shorter - not verified",
+    "Qwen2 - Qwen3"), or two numbers alone, a range ("layers 5 - 10")."""
+    a, b = re.split(f"[{_OPERATORS}]", left)[-1], re.split(f"[{_OPERATORS}]", right)[0]
+    a, b = a.strip("()[],.:;"), b.strip("()[],.:;")
+    if not all(_NUMBER.fullmatch(t) or _NAME.fullmatch(t) for t in (a, b)):
+        return False
+    beside = (before[-1:] + left[:-1] + right[1:] + after[:1]).replace(".", "")
+    return bool(_NAME.fullmatch(a) or _NAME.fullmatch(b) or any(op in beside for op in _OPERATORS))
 
 
 def as_sentence(note: str) -> str:
