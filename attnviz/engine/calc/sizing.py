@@ -211,6 +211,11 @@ class CalcResult:
     warnings: tuple[str, ...]
     _dims: Dims = field(repr=False, compare=False)
 
+    @property
+    def window_layer_count(self) -> int:
+        """How many layers keep only the last `inputs.sliding_window` tokens (0 without a window)."""
+        return len(self._dims.window_layers)
+
     def kv_series(self, lengths: Iterable[int]) -> dict[str, list[int]]:
         """KV-cache bytes of the batch at each context length, per comparison variant."""
         lengths = [whole("context length", n) for n in lengths]

@@ -264,14 +264,23 @@ def params_text(r: CalcResult) -> str:
 
 
 def kv_text(r: CalcResult) -> str:
-    """The KV cache per token per layer, per token, and at seq_len × batch (rich text)."""
+    """The KV cache per token per layer, per token, and at seq_len × batch (rich text); past a
+    sliding window, the total as the full and the window layers make it, so that it multiplies out."""
     i, f = r.inputs, r.formulas
-    return "<br>".join([
-        f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
-        f"{html.escape(f['kv_bytes_per_token_per_layer'])}",
-        f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>",
-        f"{i.seq_len:,} tokens × batch {i.batch}: <b>{exact_bytes(r.kv_bytes_total)}</b>",
-    ])
+    T, w, n_win = i.seq_len, i.sliding_window, r.window_layer_count
+    per = f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>"
+    total = f"{T:,} tokens × batch {i.batch:,}: <b>{exact_bytes(r.kv_bytes_total)}</b>"
+    if w and n_win and T > w:
+        layer, n_full = r.kv_bytes_per_token_per_layer, i.n_layer - n_win
+        parts = [f"{layer * n_win:,} bytes × {w:,}"]
+        if n_full:
+            per += f" = {layer * n_full:,} bytes on the {n_full} full layers + {layer * n_win:,} on the {n_win} window layers"
+            parts.insert(0, f"{layer * n_full:,} bytes × {T:,}")
+        sum_ = " + ".join(parts)
+        total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + (
+            f" ({'the window' if n_full else 'all'} layers keep their last {w:,} tokens)")
+    return "<br>".join([f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
+                        f"{html.escape(f['kv_bytes_per_token_per_layer'])}", per, total])
 
 
 def flops_text(r: CalcResult) -> str:
