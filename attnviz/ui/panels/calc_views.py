@@ -12,7 +12,7 @@ import re
 from dataclasses import fields
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView, QGraphicsItem, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
 )
@@ -27,6 +27,7 @@ from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
+DISABLED = "#808080"  # the plot's curves and legend while the inputs are invalid
 PLOT_POINTS = 200
 NOTE_LAYERS = 6  # a note lists a sliding window's layers up to this many, counts a longer list
 MLA_SET = ("n_kv_head", "d_head")  # the fields MLA sets from the model's ranks, greyed
@@ -158,6 +159,17 @@ class KVPlot(pg.PlotWidget):
         self.addItem(self.max_marker, ignoreBounds=True)
         self.x_max = 0  # the plotted context range, tokens
 
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """Disabled (the panel's inputs invalid), the last good curves and their legend stay in
+        grey, as the text figures do; enabled, in their colours again."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.EnabledChange:
+            on = self.isEnabled()
+            for key, curve in self.curves.items():
+                curve.setPen(pg.mkPen(CURVE_COLORS[key] if on else DISABLED, width=2))
+            for _, label in self.getPlotItem().legend.items:
+                label.setText(label.text, color=TEXT if on else DISABLED)
+
     @staticmethod
     def _plot_range(r: CalcResult, sentence_len: int | None) -> int:
         i = r.inputs
@@ -182,7 +194,7 @@ class KVPlot(pg.PlotWidget):
                 legend.addItem(self.curves[key], r.compare[key].label)
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
-            label.setText(r.compare[key].label, color=TEXT)
+            label.setText(r.compare[key].label, color=TEXT if self.isEnabled() else DISABLED)
         self.setLabel("left", f"KV cache of batch {r.inputs.batch} ({name})")
         self.setXRange(0, x_max, padding=0.02)
         self.setYRange(0, top / scale, padding=0.05)
