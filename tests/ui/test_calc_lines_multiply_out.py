@@ -6,7 +6,6 @@ import re
 import pytest
 from PySide6.QtGui import QTextDocument
 
-from attnviz.engine.calc.presets import load_presets
 
 
 def plain(rich: str) -> str:
