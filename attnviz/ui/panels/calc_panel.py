@@ -20,10 +20,10 @@ from attnviz.ui.panels.calc_fields import (
     CUSTOM, DEFAULT_PRESET, FIELDS, LOADED, RUN_FIELDS, dtype_combo, field_spin, field_values, preset_combo,
     set_item_enabled,
 )
+from attnviz.ui.panels.calc_notes import as_sentence, dropped_text, kept_text, typeset
 from attnviz.ui.panels.calc_views import (
-    MLA_SET, CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, footnote_label,
-    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, typeset,
-    summary_text, tokens,
+    MLA_SET, CompareTable, KVPlot, ShapesTable, error_label, flops_text, footnote_label, heading, kv_text, live_text,
+    mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
 
