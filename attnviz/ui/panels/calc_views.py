@@ -111,7 +111,7 @@ class CompareTable(ResultTable):
 
     def show_result(self, r: CalcResult) -> None:
         # the cache column is the whole batch's, as the KV cache line says
-        self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,} tokens\n× batch {r.inputs.batch}")
+        self.horizontalHeaderItem(3).setText(f"at {tokens(r.inputs.seq_len)}\n× batch {r.inputs.batch:,}")
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
         # a row's name is the plot's and the command line's label less the KV heads its next column
@@ -192,7 +192,7 @@ class KVPlot(pg.PlotWidget):
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
             label.setText(r.compare[key].label, color=TEXT if self.isEnabled() else DISABLED)
-        self.setLabel("left", f"KV cache of batch {r.inputs.batch} ({name})")
+        self.setLabel("left", f"KV cache of batch {r.inputs.batch:,} ({name})")
         self.setXRange(0, x_max, padding=0.02)
         self.setYRange(0, top / scale, padding=0.05)
         if r.inputs.max_positions:
@@ -278,7 +278,7 @@ def kv_text(r: CalcResult) -> str:
     i, f = r.inputs, r.formulas
     T, w, n_win = i.seq_len, i.sliding_window, r.window_layer_count
     per = f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>"
-    total = f"{T:,} tokens × batch {i.batch:,}: <b>{exact_bytes(r.kv_bytes_total)}</b>"
+    total = f"{tokens(T)} × batch {i.batch:,}: <b>{exact_bytes(r.kv_bytes_total)}</b>"
     if w and n_win and T > w:
         layer, n_full = r.kv_bytes_per_token_per_layer, i.n_layer - n_win
         parts = [f"{layer * n_win:,} bytes × {w:,}"]
@@ -315,7 +315,7 @@ def sentence_text(r: CalcResult | None, T: int | None, counted_by: str = "", lay
     if T == 0:
         return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
-    batch = f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""
+    batch = f" (batch {r.inputs.batch:,})" if r.inputs.batch > 1 else ""
     whose = f" ({html.escape(counted_by)}'s tokenizer)" if counted_by and counted_by != layout_of else ""
     if not r.inputs.arch.causal:  # an encoder reads every token at once: what a decoder would keep
         return (f"this sentence: <b>{tokens(T)}</b>{whose}; an encoder keeps no KV cache (a decoder of "
