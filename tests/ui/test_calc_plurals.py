@@ -15,14 +15,14 @@ def test_one_token_is_singular(calc_panel):
     kv, flops = plain(calc_panel.kv_label.text()), plain(calc_panel.flops_label.text())
     assert "1 token × batch 1: " in kv and "1 tokens" not in kv, kv
     assert "one new token reading 1 token, all 32 layers" in flops and "1 tokens" not in flops, flops
-    assert calc_panel.compare_table.horizontalHeaderItem(3).text() == "at 1 token\n× batch 1"
+    assert calc_panel.compare_table.horizontalHeaderItem(3).text() == "at 1\ntoken\n× batch 1"
 
 
 def test_a_large_batch_has_its_thousands_separator(calc_panel):
     calc_panel.spins["batch"].setValue(1000)
     calc_panel.set_seq_len(12)
     assert "4,096 tokens × batch 1,000: " in plain(calc_panel.kv_label.text())
-    assert calc_panel.compare_table.horizontalHeaderItem(3).text() == "at 4,096 tokens\n× batch 1,000"
+    assert calc_panel.compare_table.horizontalHeaderItem(3).text() == "at 4,096\ntokens\n× batch 1,000"
     assert calc_panel.plot.getPlotItem().getAxis("left").labelText.startswith("KV cache of batch 1,000 (")
     assert plain(calc_panel.sentence_label.text()).endswith("of KV cache (batch 1,000)")
 

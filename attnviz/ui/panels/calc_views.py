@@ -87,15 +87,41 @@ class ShapesTable(ResultTable):
                         "writes them (the Anatomy tab draws them [in, out], as x @ W multiplies "
                         "them); activations are [T, width]. T = seq_len.")
 
+        self._rows: list[tuple[str, str, str]] = []
+        self._tips: list[str] = []
+
     def show_result(self, r: CalcResult) -> None:
         f = r.formulas
         rows = [(name, shape, f.get(name, "")) for name, shape in r.shapes.items()]
         rows += [(name, r.activation_shapes[name], f.get(name, ""))
                  for name in ("head_output", "concat", "scores")]
-        self.fill([
-            # no thousands commas inside a shape: "[4,096, 4,096]" reads as four numbers
-            (name, "[" + ", ".join(str(n) for n in shape) + "]", formula.split(" = ")[0])
-            for name, shape, formula in rows], tooltips=[f"{name}: {formula}" for name, _, formula in rows])
+        # no thousands commas inside a shape: "[4,096, 4,096]" reads as four numbers
+        self._rows = [(name, "[" + ", ".join(str(n) for n in shape) + "]", formula.split(" = ")[0])
+                      for name, shape, formula in rows]
+        self._tips = [f"{name}: {formula}" for name, _, formula in rows]
+        self._fill()
+
+    def _stacked(self) -> bool:
+        """Whether a formula's longest word is wider than the room its column would have (a narrow
+        dock): then each formula goes under its shape, in the wider column, rather than cut."""
+        fm, pad = self.fontMetrics(), 2 * (self.style().pixelMetric(self.style().PixelMetric.PM_FocusFrameHMargin) + 1)
+        width = [max(fm.horizontalAdvance(row[c]) + pad for row in self._rows) for c in (0, 1)]
+        longest = max(fm.horizontalAdvance(w) for row in self._rows for w in row[2].split())
+        return self.viewport().width() - sum(width) < longest + pad
+
+    def _fill(self) -> None:
+        stacked = self._stacked()
+        self.setColumnHidden(2, stacked)
+        self.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch if stacked else
+                                                     QHeaderView.ResizeMode.ResizeToContents)
+        self.horizontalHeaderItem(1).setText("shape, formula" if stacked else "shape")
+        self.fill([(n, f"{shape}\n{formula}", "") if stacked else (n, shape, formula) for n, shape, formula in self._rows],
+                  tooltips=self._tips)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if self._rows and self._stacked() != self.isColumnHidden(2):
+            self._fill()
 
 
 class CompareTable(ResultTable):
@@ -105,13 +131,14 @@ class CompareTable(ResultTable):
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
     def __init__(self) -> None:
-        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
+        # (headers broken onto lines: their one-line widths cut the last column at a 300-px dock)
+        super().__init__(["", "KV\nheads", "per\ntoken", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
                         "given, and with a single shared K/V head (MQA).")
 
     def show_result(self, r: CalcResult) -> None:
         # the cache column is the whole batch's, as the KV cache line says
-        self.horizontalHeaderItem(3).setText(f"at {tokens(r.inputs.seq_len)}\n× batch {r.inputs.batch:,}")
+        self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,}\n{'token' if r.inputs.seq_len == 1 else 'tokens'}\n× batch {r.inputs.batch:,}")
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
         # a row's name is the plot's and the command line's label less the KV heads its next column
