@@ -135,17 +135,30 @@ class CompareTable(ResultTable):
         super().__init__(["", "KV\nheads", "per\ntoken", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
                         "given, and with a single shared K/V head (MQA).")
+        self._keys: list[str] = []  # the shown variants, row by row
 
     def show_result(self, r: CalcResult) -> None:
         # the cache column is the whole batch's, as the KV cache line says
-        self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,}\n{'token' if r.inputs.seq_len == 1 else 'tokens'}\n× batch {r.inputs.batch:,}")
-        keys = shown_variants(r)
-        variants = [r.compare[key] for key in keys]
+        T = r.inputs.seq_len
+        self.horizontalHeaderItem(3).setText(f"at {T:,}\n{'token' if T == 1 else 'tokens'}\n× batch {r.inputs.batch:,}")
+        self._keys = shown_variants(r)
+        variants = [r.compare[key] for key in self._keys]
         # a row's name is the plot's and the command line's label less the KV heads its next column
         # counts; its tooltip is the whole label
         self.fill([(v.name, *compare_cells(v)) for v in variants], tooltips=[v.label for v in variants])
-        for row, key in enumerate(keys):
-            self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
+        self._colour_names()
+
+    def _colour_names(self) -> None:
+        """Each row's name in its curve's colour; grey while disabled (the inputs invalid), as the
+        rest of the table is (an item's own colour would stay)."""
+        for row, key in enumerate(self._keys):
+            on = self.isEnabled()
+            self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key] if on else DISABLED).darker(130 if on else 100))
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.EnabledChange:
+            self._colour_names()
 
 
 # -- plot ------------------------------------------------------------------------------------------
