@@ -5,7 +5,7 @@ range but a minus "−" in a formula ("d - 1"); presets.json keeps the reference
 import pytest
 
 from attnviz.engine.calc.presets import PRESETS_PATH, load_presets
-from attnviz.ui.panels.calc_views import typeset
+from attnviz.ui.panels.calc_notes import typeset
 
 
 def _select(panel, preset_id):

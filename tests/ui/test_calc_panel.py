@@ -529,7 +529,7 @@ def test_the_compare_column_and_the_plot_name_the_batch_they_count(calc_panel):
     select(calc_panel, "smollm2-135m")
     calc_panel.spins["batch"].setValue(4)
     header = calc_panel.compare_table.horizontalHeaderItem(3).text()
-    assert header == "at 8,192 tokens\n× batch 4"
+    assert header == "at 8,192\ntokens\n× batch 4"
     given = next(row for row in compare_rows(calc_panel) if row[0] == "as given: GQA")
     assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
     assert calc_panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)

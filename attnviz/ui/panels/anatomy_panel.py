@@ -41,6 +41,8 @@ class AnatomyCanvas(QWidget):
         super().__init__(panel)
         self.panel = panel
         self.setMouseTracking(True)
+        # the figure is laid out no narrower than this: a narrower dock scrolls it sideways
+        self.setMinimumWidth(fig.MIN_WIDTH)
         self.view: fig.AnatomyView | None = None
         self.lay: fig.AnatomyLayout | None = None
         self.hover_text = ""
@@ -173,7 +175,7 @@ class AnatomyPanel(QWidget):
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setWidget(content)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.status)

@@ -281,9 +281,10 @@ class GeneratePanel(QWidget):
             self.curve.setData([], [])
 
     def kv_text(self, step) -> str:
-        """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator: ...; held with room ...: ...': the
-        generation's K and V at that step, the calculator's figure for the same T (equal without a
-        sliding window; with one, the calculator keeps only the window and says so), and what their
+        """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator at float32: ...; held with room ...:
+        ...': the generation's K and V at that step, the calculator's figure for the same T in the
+        engine's float32, named so (the Calculator tab's KV dtype starts at fp16), equal without a
+        sliding window (with one, the calculator keeps only the window and says so), and what their
         arrays take, with the room they keep for the next positions (what the process holds; the
         curve plots it)."""
         res = calculate(calc_inputs_from_config(self.state.model.config, seq_len=step.T, kv_dtype="fp32"))
@@ -291,7 +292,7 @@ class GeneratePanel(QWidget):
         why = next((w for w in res.warnings if "keep only the last" in w), "") if calc != step.kv_bytes else ""
         why = f": {why}, where the generation keeps every token's" if why else ""
         return (f"KV of {step.T:,} tokens: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
-                f"calculator: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
+                f"calculator at float32: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
                 f"positions: {format_bytes(step.kv_held)} ({step.kv_held:,} bytes)")
 
     def _show_step(self, s: int) -> None:
