@@ -43,8 +43,25 @@ def test_guide_says_no_head_clears_rather_than_inventing_one(book):
     hs = H.score_result(r, unknown_ids=H.unknown_token_ids(book))
     # the roles panel's statement, from its one home (heads.no_head_clears), for the first role tried
     assert not g.claimed and g.message.startswith(H.no_head_clears(hs, "induction", "this sample"))
-    assert g.message.endswith("Nor does any clear the duplicate token threshold.")
+    assert g.message.endswith("Nor does any clear the duplicate token bar.")
     assert (g.layer, g.head) == H.score_result(r).best_strength("induction")[:2]
+
+
+def test_minilms_repeated_names_guide_says_the_score_misses_its_bar_not_the_strength(minilm):
+    """MiniLM's strongest duplicate-token head on the repeated-names sample clears the strength
+    threshold but its score does not beat chance by the margin: the line says that, not a strength
+    over 0.5 beside "(0.5, and chance + 0.1)" that reads as a head that clears it."""
+    s = next(x for x in SAMPLES if x.title == "Repeated names")
+    r = minilm.run(s.text)
+    g = guide(s, r, H.unknown_token_ids(minilm))
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(minilm))
+    l, h, strength = hs.best_strength("duplicate")
+    score, chance = hs.scores["duplicate"][l, h], hs.chance["duplicate"][l, h]
+    assert strength >= 0.5 and score - chance < H.CHANCE_MARGIN  # (the case this test is about)
+    assert not g.claimed and (g.layer, g.head) == (l, h)
+    assert (f"the strongest, L{l} H{h}, has strength {strength:.3f}, over the threshold 0.5, but "
+            f"score {score:.3f}, under its chance score {chance:.3f} + 0.1 = {chance + 0.1:.3f}.") \
+        in g.message, g.message
 
 
 def test_guide_uses_scores_it_is_given(book, monkeypatch):

@@ -116,7 +116,7 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
     first, rest = sample.roles[0], sample.roles[1:]
     l, h, _ = scores.best_strength(first)
     why = f"{scores.notice}. " if scores.notice and first in H.IDENTITY_ROLES else ""
-    nor = f" Nor does any clear the {' or '.join(H.TITLES[r] for r in rest)} threshold." if rest else ""
+    nor = f" Nor does any clear the {' or '.join(H.TITLES[r] for r in rest)} bar." if rest else ""
     return Guide(l, h, False, why + H.no_head_clears(scores, first, "this sample") + nor)
 
 

@@ -1,0 +1,30 @@
+"""What the guide bar answers when no head of the loaded model does what the sample looks for: it
+says which bar the strongest head misses, with the numbers compared against that bar."""
+
+from attnviz.engine.analysing.samples import SAMPLES
+from attnviz.figures.style import WARNING
+from windows import WAIT, open_window
+
+
+def sample(title):
+    return next(x for x in SAMPLES if x.title == title)
+
+
+def answered(qtbot, w, s) -> str:
+    """The guide bar's answer to sample `s`, once found (plain text)."""
+    bar = w.guide_bar
+    w.set_text(s.text)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == s.text
+                    and "Finding" not in bar.answer.text() and bool(bar.answer.text()), timeout=WAIT)
+    return bar.answer.text()
+
+
+def test_minilms_repeated_names_answer_says_the_score_misses_chance_not_the_threshold(qtbot, settings_path):
+    """MiniLM's strongest duplicate-token head on the repeated-names sample has strength 0.600, over
+    the 0.5 threshold; its score misses chance + 0.1. The answer says so, in the warning colour."""
+    w = open_window(qtbot, settings_path)
+    text = answered(qtbot, w, sample("Repeated names"))
+    assert "has strength 0.600, over the threshold 0.5, but score 0.100, under its chance score " \
+           "0.009 + 0.1 = 0.109." in text, text
+    assert f"color:{WARNING}" in text
+    w.worker.wait_idle()
