@@ -181,8 +181,12 @@ def test_labels_follow_thresholds_and_min_rows():
     # and the statement says so, rather than naming a "strongest" head at strength 0.000
     line = H.no_head_clears(hs, "duplicate")
     assert line == ("No head is labelled duplicate token on this text: only 1 query row has a cell "
-                    "of its detection pattern, and a strength needs at least 3; the induction probe "
-                    "(--probe) repeats every token.")
+                    "of its detection pattern, and a strength needs at least 3; the probe (Head "
+                    "roles \u2192 Score on \u2192 probe: random tokens, repeated twice) repeats "
+                    "every token.")
+    # the command line names its own flag
+    assert H.no_head_clears(hs, "duplicate", probe="the induction probe (--probe)").endswith(
+        "; the induction probe (--probe) repeats every token.")
     streamed = H.score_blocks([(0, 0, a[None])], 1, 1, ids, causal=True)  # the long view's scores
     assert H.no_head_clears(streamed, "duplicate") == line
 

@@ -1,7 +1,8 @@
 """What the guide bar answers when no head of the loaded model does what the sample looks for: it
 says which bar the strongest head misses, with the numbers compared against that bar."""
 
-from attnviz.engine.analysing.samples import SAMPLES
+from attnviz.engine.analysing import samples
+from attnviz.engine.analysing.samples import SAMPLES, Sample
 from attnviz.figures.style import WARNING
 from windows import WAIT, open_window
 
@@ -27,4 +28,20 @@ def test_minilms_repeated_names_answer_says_the_score_misses_chance_not_the_thre
     assert "has strength 0.600, over the threshold 0.5, but score 0.100, under its chance score " \
            "0.009 + 0.1 = 0.109." in text, text
     assert f"color:{WARNING}" in text
+    w.worker.wait_idle()
+
+
+def test_a_sample_that_repeats_too_little_points_to_the_probe_as_the_window_names_it(
+        qtbot, settings_path, monkeypatch):
+    """A sample whose text repeats too few tokens for a duplicate-token strength: the answer points
+    to the probe by the Head roles panel's own words for it, never by a command-line flag."""
+    few = Sample("few", "The cat and the dog saw the bird.", "look", roles=("duplicate",))
+    monkeypatch.setattr(samples, "SAMPLES", (*SAMPLES, few))
+    w = open_window(qtbot, settings_path)
+    text = answered(qtbot, w, few)
+    source = w.roles_panel.source
+    item = source.itemText(source.findData("probe"))
+    assert "only 2 query rows have a cell of its detection pattern" in text, text
+    assert f"Head roles \u2192 Score on \u2192 {item}) repeats every token" in text, text
+    assert w.roles_dock.windowTitle() == "Head roles" and "--" not in text
     w.worker.wait_idle()

@@ -295,14 +295,18 @@ def score_result(result, exclude_bos=False, exclude_current_token=False, unknown
                        unknown_ids=unknown_ids, stop=stop)
 
 
-def no_head_clears(hs, role, where="this text"):
+# how the window scores the repeated-random probe, for a text that repeats too little
+WINDOW_PROBE = "the probe (Head roles \u2192 Score on \u2192 probe: random tokens, repeated twice)"
+
+
+def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE):
     """The one statement for a role no head clears (the roles panel, the sample guide, the CLI): the
     strongest head's strength and score on `where`, each beside its bar (the threshold; chance +
-    CHANCE_MARGIN), saying which it misses; or, where too few query rows have a cell of the role's
-    pattern for any head to be given a strength, that."""
+    CHANCE_MARGIN), saying which it misses; or why no head has a strength (too few rows: `probe`
+    names how to score the probe where the line is read)."""
     n = hs.rows.get(role)
     if n is not None and n < MIN_ROWS:
-        hint = "; the induction probe (--probe) repeats every token" if role in IDENTITY_ROLES else ""
+        hint = f"; {probe} repeats every token" if role in IDENTITY_ROLES else ""
         have = "no query row has" if n == 0 else f"only {n} query {'row has' if n == 1 else 'rows have'}"
         return (f"No head is labelled {TITLES[role]} on {where}: {have} a cell of its "
                 f"detection pattern, and a strength needs at least {MIN_ROWS}{hint}.")
