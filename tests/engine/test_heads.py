@@ -217,6 +217,9 @@ def test_no_head_clears_says_which_bar_the_strongest_head_misses():
         _one_head("previous", 0.49996, 0.3, 0.01), "previous")
     assert "score 0.10899, under its chance score 0.00900 + 0.1 = 0.10900" in H.no_head_clears(
         _one_head("previous", 0.6, 0.10899, 0.009), "previous")
+    # no head with any strength: none is the strongest (argmax would name L0 H0 at 0.000)
+    assert H.no_head_clears(_one_head("previous", 0.0, float("nan"), 0.01), "previous") == (
+        "No head has any previous token strength on this text.")
 
 
 def test_cleared_best_and_json():

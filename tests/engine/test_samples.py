@@ -44,7 +44,8 @@ def test_guide_says_no_head_clears_rather_than_inventing_one(book):
     # the roles panel's statement, from its one home (heads.no_head_clears), for the first role tried
     assert not g.claimed and g.message.startswith(H.no_head_clears(hs, "induction", "this sample"))
     assert g.message.endswith("Nor does any clear the duplicate token bar.")
-    assert (g.layer, g.head) == H.score_result(r).best_strength("induction")[:2]
+    # no row has an induction cell, so no head has a strength: none is named (argmax would say L0 H0)
+    assert (g.layer, g.head) == (None, None) and "L0 H0" not in g.message
 
 
 def test_minilms_repeated_names_guide_says_the_score_misses_its_bar_not_the_strength(minilm):
@@ -81,6 +82,20 @@ def test_guide_on_unknown_heavy_text_claims_no_identity_role(book):
     g = guide(Sample("t", text, "", roles=("induction", "duplicate")), book.run(text),
               H.unknown_token_ids(book))
     assert not g.claimed and "unknown" in g.message
+    # no head has a strength there: none is named as the strongest (no arbitrary L0 H0)
+    assert (g.layer, g.head) == (None, None) and "L0 H0" not in g.message, g.message
+
+
+def test_textbooks_repeated_names_guide_names_no_head():
+    """The textbook vocabulary knows too few of the repeated-names sample's words to label a
+    duplicate-token head: the guide says so once, and names no head (none has a strength)."""
+    book = load_model(textbook.TEXTBOOK_NAME)
+    s = next(x for x in SAMPLES if x.title == "Repeated names")
+    r = book.run(s.text)
+    g = guide(s, r, H.unknown_token_ids(book))
+    assert (g.layer, g.head, g.claimed) == (None, None, False)
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(book))
+    assert g.message == hs.notice[0].upper() + hs.notice[1:] + ".", g.message
 
 
 def _direct_specificity(att, q, k):  # [n_layer, n_head, T, T] -> [n_layer, n_head], a plain loop

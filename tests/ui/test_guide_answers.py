@@ -1,8 +1,10 @@
 """What the guide bar answers when no head of the loaded model does what the sample looks for: it
-says which bar the strongest head misses, with the numbers compared against that bar."""
+says which bar the strongest head misses, with the numbers compared against that bar; where no
+head is even a candidate, "Show me" is off and says why."""
 
 from attnviz.engine.analysing import samples
 from attnviz.engine.analysing.samples import SAMPLES, Sample
+from attnviz.engine.reading import textbook
 from attnviz.figures.style import WARNING
 from windows import WAIT, open_window
 
@@ -44,4 +46,25 @@ def test_a_sample_that_repeats_too_little_points_to_the_probe_as_the_window_name
     assert "only 2 query rows have a cell of its detection pattern" in text, text
     assert f"Head roles \u2192 Score on \u2192 {item}) repeats every token" in text, text
     assert w.roles_dock.windowTitle() == "Head roles" and "--" not in text
+    w.worker.wait_idle()
+
+
+def test_with_no_candidate_show_me_is_off_says_why_and_focuses_nothing(qtbot, settings_path):
+    """The textbook model knows too few of the repeated-names sample's words to give any head a
+    duplicate-token strength: the answer names no head, and Show me is off (its tooltip says
+    why), so a click focuses nothing (it focused L0 H0)."""
+    from PySide6.QtCore import Qt
+
+    w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
+    bar = w.guide_bar
+    text = answered(qtbot, w, sample("Repeated names"))
+    assert "unknown to the vocabulary" in text and "L0 H0" not in text, text
+    qtbot.waitUntil(lambda: bar.current is not None, timeout=WAIT)
+    assert not bar.show_button.isEnabled()
+    assert bar.show_button.toolTip().startswith("No head to show: no head of this model has any "
+                                                "strength for what this sample looks for")
+    before = w.state.focus
+    qtbot.mouseClick(bar.show_button, Qt.MouseButton.LeftButton)
+    bar.show_head()  # (what the button runs)
+    assert w.state.focus == before and before is None
     w.worker.wait_idle()

@@ -158,6 +158,12 @@ class HeadScores:
         l, h = np.unravel_index(int(np.argmax(s)), s.shape)
         return int(l), int(h), float(s[l, h])
 
+    def candidate(self, role):
+        """best_strength, or None where no head has any strength for `role` (too few rows, too many
+        unknown tokens): then no head is the strongest, and none is named."""
+        l, h, s = self.best_strength(role)
+        return (l, h, s) if s > 0 else None
+
     def unclaimed_roles(self):
         """Roles no head clears: the window and CLI say so instead of inventing one."""
         return [r for r in ROLES if not self.cleared(r)]
@@ -302,15 +308,20 @@ WINDOW_PROBE = "the probe (Head roles \u2192 Score on \u2192 probe: random token
 def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE):
     """The one statement for a role no head clears (the roles panel, the sample guide, the CLI): the
     strongest head's strength and score on `where`, each beside its bar (the threshold; chance +
-    CHANCE_MARGIN), saying which it misses; or why no head has a strength (too few rows: `probe`
-    names how to score the probe where the line is read)."""
+    CHANCE_MARGIN), saying which it misses; or why no head has a strength (too many unknown
+    tokens; too few rows: `probe` names how to score the probe where the line is read)."""
     n = hs.rows.get(role)
+    if role in IDENTITY_ROLES and hs.notice:
+        return f"{hs.notice[0].upper()}{hs.notice[1:]}."
     if n is not None and n < MIN_ROWS:
         hint = f"; {probe} repeats every token" if role in IDENTITY_ROLES else ""
         have = "no query row has" if n == 0 else f"only {n} query {'row has' if n == 1 else 'rows have'}"
         return (f"No head is labelled {TITLES[role]} on {where}: {have} a cell of its "
                 f"detection pattern, and a strength needs at least {MIN_ROWS}{hint}.")
-    l, h, strength = hs.best_strength(role)
+    best = hs.candidate(role)
+    if best is None:
+        return f"No head has any {TITLES[role]} strength on {where}."
+    l, h, strength = best
     score, chance, bar = float(hs.scores[role][l, h]), float(hs.chance[role][l, h]), THRESHOLDS[role]
     ok_s, ok_c = strength >= bar, score - chance >= CHANCE_MARGIN  # passes(), head by head
     s_text, _, s_side = _sides(strength, bar, ok_s)

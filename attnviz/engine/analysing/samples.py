@@ -86,10 +86,11 @@ def sample_for_text(text: str) -> Sample | None:
 @dataclass(frozen=True)
 class Guide:
     """The head a sample points to on one result. `claimed` is False when no head clears the bar;
-    then (layer, head) is the strongest candidate, shown as such, never as a finding."""
+    then (layer, head) is the strongest candidate, shown as such, never as a finding, or None
+    where no head is one (none has any strength for the role: the message says why)."""
 
-    layer: int
-    head: int
+    layer: int | None
+    head: int | None
     claimed: bool
     message: str
 
@@ -113,11 +114,12 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
                          f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
                          f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
                          + _relabelled(cleared, scores, role))
-    first, rest = sample.roles[0], sample.roles[1:]
-    l, h, _ = scores.best_strength(first)
-    why = f"{scores.notice}. " if scores.notice and first in H.IDENTITY_ROLES else ""
+    first = sample.roles[0]
+    # (the roles the unknown-token notice names are not labelled: the notice says so once)
+    rest = [r for r in sample.roles[1:] if not (scores.notice and r in H.IDENTITY_ROLES)]
     nor = f" Nor does any clear the {' or '.join(H.TITLES[r] for r in rest)} bar." if rest else ""
-    return Guide(l, h, False, why + H.no_head_clears(scores, first, "this sample") + nor)
+    l, h, _ = scores.candidate(first) or (None, None, None)
+    return Guide(l, h, False, H.no_head_clears(scores, first, "this sample") + nor)
 
 
 def _others(n: int) -> str:

@@ -21,6 +21,9 @@ from attnviz.engine.analysing.samples import Guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
 
 
+SHOW_TIP = "Focus the head that shows this best in the loaded model"
+
+
 class GuideBar(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
@@ -37,7 +40,7 @@ class GuideBar(QWidget):
         self.answer.setWordWrap(True)
         self.show_button = QToolButton()
         self.show_button.setText("Show me")
-        self.show_button.setToolTip("Focus the head that shows this best in the loaded model")
+        self.show_button.setToolTip(SHOW_TIP)
         self.show_button.clicked.connect(self.show_head)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
@@ -78,7 +81,7 @@ class GuideBar(QWidget):
         self.current = self._shown = None
         self._asked = None
         self.state.drop_guide()
-        self.show_button.setEnabled(False)
+        self._show_off("Finding the head in this model…")
         self.answer.setToolTip("")
         self.answer.setText("<i>Finding the head in this model…</i>")
 
@@ -133,15 +136,26 @@ class GuideBar(QWidget):
             return
         self.current, self._shown = value, (value, result)
         self._write_answer()
+        if value.layer is None:  # no head has any strength for it: none to focus
+            self.answer.setToolTip("No head passes the bar, and none is a candidate")
+            self._show_off("No head to show: no head of this model has any strength for what "
+                           "this sample looks for (the answer says why)")
+            return
         self.answer.setToolTip("" if value.claimed else
                                "No head passes the bar: 'Show me' focuses the strongest candidate")
         self.show_button.setEnabled(True)
+        self.show_button.setToolTip(SHOW_TIP if value.claimed else
+                                    "Focus the strongest candidate (no head passes the bar)")
+
+    def _show_off(self, why: str) -> None:
+        self.show_button.setEnabled(False)
+        self.show_button.setToolTip(why)
 
     def _no_guide(self, why: str) -> None:
         """The answer says `why` there is no guide (it failed, or the scores it needs did not come):
         no head is named, so "Show me" focuses none (the guide before was found on another run)."""
         self.current = self._shown = None
-        self.show_button.setEnabled(False)
+        self._show_off("No head to show: the answer says why")
         self.answer.setToolTip("")
         self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(why)}</span>")
 
@@ -162,7 +176,7 @@ class GuideBar(QWidget):
     # --- view -> state --------------------------------------------------------------------------
     def show_head(self) -> None:
         g = self.current
-        if g is None:
+        if g is None or g.layer is None:
             return
         self.state.show_head(g.layer, g.head)
 
