@@ -21,7 +21,8 @@ def test_every_sample_says_in_one_line_what_to_look_for():
     for s in SAMPLES:
         assert s.look_for and "\n" not in s.look_for and len(s.look_for) < 160
         assert (s.find is None) != (not s.roles), s.title  # one rule each
-        assert all(r in H.ROLES for r in s.roles)
+        assert all(r in H.ROLES for r in s.roles + s.closest)
+        assert not set(s.roles) & set(s.closest)
         assert sample_for_text(s.text) is s
     assert sample_for_text(SAMPLES[0].text + " ") is None  # an edited sample is the user's text
 
@@ -126,12 +127,33 @@ def test_guides_on_real_models_match_a_direct_computation(which, request):
             sc = H.score_result(r, unknown_ids=unknown)
             role = next((x for x in s.roles if sc.cleared(x)), None)
             assert g.claimed == (role is not None)
+            near = next((x for x in s.closest if sc.cleared(x)), None) if role is None else None
+            if near is not None:  # not the role looked for: said so, and shown as the closest
+                kind = H.TITLES[s.roles[0]].replace(" ", "-")
+                assert g.message.startswith(f"No {kind} head on this sample; the closest: ")
+                assert (g.layer, g.head, sc.strength[near][g.layer, g.head]) == sc.cleared(near)[0]
             if role is not None:  # the strongest head that clears the first role any head clears
                 st = sc.strength[role]
                 ok = H.passes(role, st, sc.scores[role], sc.chance[role])
                 assert ok[g.layer, g.head]
                 assert st[g.layer, g.head] == st[ok].max()
         assert f"L{g.layer} H{g.head}" in g.message
+
+
+def test_minilms_induction_sample_shows_its_duplicate_token_head_as_the_closest_not_a_finding(minilm):
+    """MiniLM has no induction head on the made-up-names sample; its duplicate-token head L2 H9
+    clears the duplicate bar. The guide says there is no induction head and names L2 H9 as the
+    closest, a duplicate-token head, unclaimed (it was claimed as if it were what the sample shows)."""
+    s = next(x for x in SAMPLES if "induction" in x.title)
+    r = minilm.run(s.text)
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(minilm))
+    assert not hs.cleared("induction") and hs.cleared("duplicate")  # (the case this test is about)
+    l, h, strength = hs.cleared("duplicate")[0]
+    g = guide(s, r, H.unknown_token_ids(minilm))
+    assert (g.layer, g.head, g.claimed) == (l, h, False)
+    assert g.message == (f"No induction head on this sample; the closest: L{l} H{h}, a "
+                         f"duplicate-token head (strength {strength:.2f}, score "
+                         f"{hs.scores['duplicate'][l, h]:.2f}, chance {hs.chance['duplicate'][l, h]:.2f}).")
 
 
 def test_smollm2_induction_sample_points_at_an_induction_head(smollm2):

@@ -5,7 +5,7 @@ head is even a candidate, "Show me" is off and says why."""
 from attnviz.engine.analysing import samples
 from attnviz.engine.analysing.samples import SAMPLES, Sample
 from attnviz.engine.reading import textbook
-from attnviz.figures.style import WARNING
+from attnviz.figures.style import GOOD, WARNING
 from windows import WAIT, open_window
 
 
@@ -67,4 +67,17 @@ def test_with_no_candidate_show_me_is_off_says_why_and_focuses_nothing(qtbot, se
     qtbot.mouseClick(bar.show_button, Qt.MouseButton.LeftButton)
     bar.show_head()  # (what the button runs)
     assert w.state.focus == before and before is None
+    w.worker.wait_idle()
+
+
+def test_minilms_induction_sample_says_its_head_is_no_induction_head(qtbot, settings_path):
+    """MiniLM answers the made-up-names (induction) sample with its duplicate-token head: the answer
+    says there is no induction head and names that head as the closest, in the warning colour, not
+    in the colour of a finding."""
+    w = open_window(qtbot, settings_path)
+    text = answered(qtbot, w, sample("Made-up names, repeated (induction)"))
+    assert "No induction head on this sample; the closest: L2 H9, a duplicate-token head (strength " \
+           "0.67, score 0.29, chance 0.01)." in text, text
+    assert f"color:{WARNING}" in text and GOOD not in text
+    assert "closest candidate" in w.guide_bar.show_button.toolTip()
     w.worker.wait_idle()

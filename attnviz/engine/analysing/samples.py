@@ -41,6 +41,9 @@ class Sample:
     text: str
     look_for: str  # one line: what the sample shows
     roles: tuple[str, ...] = ()  # head roles tried in order: the first one some head clears wins
+    # roles tried after those, where no head clears them: a head of one is shown as the closest to
+    # what the sample looks for, never as a finding (a duplicate-token head is no induction head)
+    closest: tuple[str, ...] = ()
     find: tuple[str, str] | None = None  # (query token, key token): heads ranked by specificity
 
 
@@ -50,7 +53,7 @@ SAMPLES: tuple[Sample, ...] = (
            find=("are", "keys")),
     Sample("Repeated names", "When Mary and John went to the store, John gave a drink to Mary.",
            "The second 'John' and 'Mary' attend to their first mention (duplicate-token heads).",
-           roles=("duplicate", "induction")),
+           roles=("duplicate",), closest=("induction",)),
     Sample("Pronouns", "The trophy did not fit in the suitcase because it was too big.",
            "'it' attends to 'trophy' in some heads; the weight alone does not prove coreference.",
            find=("it", "trophy")),
@@ -67,7 +70,7 @@ SAMPLES: tuple[Sample, ...] = (
            "thanked Mrs Vashmere Okkadine in Plumbrook.",
            "In the second mention each name piece attends to the piece that followed it the first "
            "time: an induction head copying a pattern seen earlier.",
-           roles=("induction", "duplicate")),
+           roles=("induction",), closest=("duplicate",)),
     Sample("Long paragraph", _LONG,
            "Over a long text some heads keep to the previous token, others park on the first "
            "token (a sink).",
@@ -85,9 +88,10 @@ def sample_for_text(text: str) -> Sample | None:
 
 @dataclass(frozen=True)
 class Guide:
-    """The head a sample points to on one result. `claimed` is False when no head clears the bar;
-    then (layer, head) is the strongest candidate, shown as such, never as a finding, or None
-    where no head is one (none has any strength for the role: the message says why)."""
+    """The head a sample points to on one result. `claimed` is False when no head clears the bar of
+    a role the sample looks for; then (layer, head) is the closest candidate, shown as such, never
+    as a finding: the strongest head of a `closest` role that clears that role's bar, else the
+    strongest for the first role; or None where no head is one (none has any strength for it)."""
 
     layer: int | None
     head: int | None
@@ -114,12 +118,28 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
                          f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
                          f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
                          + _relabelled(cleared, scores, role))
+    looked = " or ".join(_head_kind(r) for r in sample.roles)
+    for role in sample.closest:
+        cleared = scores.cleared(role)
+        if cleared:
+            l, h, s = cleared[0]
+            return Guide(l, h, False, f"No {looked} head on this sample; the closest: "
+                         f"{head_title(l, h)}, {_a(_head_kind(role))} head (strength {s:.2f}, score "
+                         f"{scores.scores[role][l, h]:.2f}, chance {scores.chance[role][l, h]:.2f}).")
     first = sample.roles[0]
     # (the roles the unknown-token notice names are not labelled: the notice says so once)
-    rest = [r for r in sample.roles[1:] if not (scores.notice and r in H.IDENTITY_ROLES)]
+    rest = [r for r in (*sample.roles[1:], *sample.closest) if not (scores.notice and r in H.IDENTITY_ROLES)]
     nor = f" Nor does any clear the {' or '.join(H.TITLES[r] for r in rest)} bar." if rest else ""
     l, h, _ = scores.candidate(first) or (None, None, None)
     return Guide(l, h, False, H.no_head_clears(scores, first, "this sample") + nor)
+
+
+def _head_kind(role: str) -> str:  # 'induction', 'duplicate-token': as in "an induction head"
+    return H.TITLES[role].replace(" ", "-")
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
 
 
 def _others(n: int) -> str:

@@ -141,11 +141,11 @@ class GuideBar(QWidget):
             self._show_off("No head to show: no head of this model has any strength for what "
                            "this sample looks for (the answer says why)")
             return
-        self.answer.setToolTip("" if value.claimed else
-                               "No head passes the bar: 'Show me' focuses the strongest candidate")
+        self.answer.setToolTip("" if value.claimed else "No head passes this sample's bar: 'Show "
+                               "me' focuses the closest candidate, as the answer names it")
         self.show_button.setEnabled(True)
         self.show_button.setToolTip(SHOW_TIP if value.claimed else
-                                    "Focus the strongest candidate (no head passes the bar)")
+                                    "Focus the closest candidate (no head passes this sample's bar)")
 
     def _show_off(self, why: str) -> None:
         self.show_button.setEnabled(False)
