@@ -179,6 +179,29 @@ def test_the_guides_count_of_heads_agrees_with_the_labels_the_roles_panel_counts
             f"L{l} H{h} {sc.labels[l][h]}" in g.message
 
 
+def test_a_changed_run_never_names_a_head_switched_off_and_says_it_is_off(minilm):
+    """Switching off the guide's head: its pattern is still drawn (only its output is removed), so it
+    still scores best; the changed run's guide names the strongest head still on and says the one
+    it named before is switched off (it named it again, as if it were the finding)."""
+    from attnviz.engine.analysing.effects import Ablation, window_run
+
+    unknown = H.unknown_token_ids(minilm)
+    for s in (next(x for x in SAMPLES if x.title == "Long paragraph"), SAMPLES[0]):  # roles; Find
+        clean = guide(s, minilm.run(s.text), unknown)
+        assert clean.claimed
+        off = (clean.layer, clean.head)
+        r = window_run(minilm, s.text, ablation=Ablation(heads=(off,))).result
+        g = guide(s, r, unknown)
+        assert (g.layer, g.head) != off and g.layer is not None
+        what = "the previous token bar" if s.roles else "the bar for 'are' \u2192 'keys'"
+        assert g.message.endswith(f". Switched off in this run: L{off[0]} H{off[1]}, which clears "
+                                  f"{what}."), g.message
+        if s.roles:
+            assert g.message.startswith(f"L{g.layer} H{g.head}: previous token strength")
+            hs = H.score_result(r, unknown_ids=unknown)
+            assert hs.cleared("previous")[0][:2] == off  # (the case this test is about)
+
+
 class _Run:  # what a Find guide reads of a result: its patterns and its token labels
     def __init__(self, attentions, labels):
         self.attentions, self.labels, self.tokens = attentions, labels, labels

@@ -81,3 +81,31 @@ def test_minilms_induction_sample_says_its_head_is_no_induction_head(qtbot, sett
     assert f"color:{WARNING}" in text and GOOD not in text
     assert "closest candidate" in w.guide_bar.show_button.toolTip()
     w.worker.wait_idle()
+
+
+def test_after_the_guides_head_is_switched_off_the_answer_says_so_and_names_one_still_on(
+        qtbot, settings_path):
+    """Switching off the head the guide names: the changed run's answer names the strongest head
+    still on, says the one before is switched off in this run, and Show me focuses the head named
+    (it named the head switched off again, its pattern being drawn as before)."""
+    from PySide6.QtCore import Qt
+
+    from attnviz.engine.analysing.effects import Ablation
+    from attnviz.engine.reading.registry import TOY_MODEL
+
+    s = sample("Repeated random sequence")
+    w = open_window(qtbot, settings_path, model=TOY_MODEL, text=s.text)
+    bar, st = w.guide_bar, w.state
+    qtbot.waitUntil(lambda: bar.current is not None and bar.current.claimed, timeout=WAIT)
+    l, h = bar.current.layer, bar.current.head
+    st.effects.set_ablation(Ablation(heads=((l, h),)))
+    qtbot.waitUntil(lambda: "<b>Changed run:</b>" in bar.answer.text() and bar.current is not None,
+                    timeout=WAIT)
+    text = bar.answer.text()
+    assert f"Switched off in this run: L{l} H{h}, which clears the induction bar." in text, text
+    assert not text.startswith(f"<span style='color:{GOOD}'><b>Changed run:</b> L{l} H{h}:"), text
+    new = (bar.current.layer, bar.current.head)
+    assert new != (l, h) and f"<b>Changed run:</b> L{new[0]} H{new[1]}: induction strength" in text
+    qtbot.mouseClick(bar.show_button, Qt.MouseButton.LeftButton)
+    assert st.focus == new
+    w.worker.wait_idle()

@@ -158,11 +158,12 @@ class HeadScores:
         l, h = np.unravel_index(int(np.argmax(s)), s.shape)
         return int(l), int(h), float(s[l, h])
 
-    def candidate(self, role):
-        """best_strength, or None where no head has any strength for `role` (too few rows, too many
-        unknown tokens): then no head is the strongest, and none is named."""
-        l, h, s = self.best_strength(role)
-        return (l, h, s) if s > 0 else None
+    def candidate(self, role, skip=()):
+        """best_strength among the heads not in `skip` [(layer, head)]; None where none has any."""
+        s = self.strength[role].copy()
+        s[tuple(np.array(sorted(skip), dtype=int).reshape(-1, 2).T)] = -1.0  # never named
+        l, h = np.unravel_index(int(np.argmax(s)), s.shape)
+        return (int(l), int(h), float(s[l, h])) if s[l, h] > 0 else None
 
     def unclaimed_roles(self):
         """Roles no head clears: the window and CLI say so instead of inventing one."""
@@ -305,12 +306,13 @@ def score_result(result, exclude_bos=False, exclude_current_token=False, unknown
 WINDOW_PROBE = "the probe (Head roles \u2192 Score on \u2192 probe: random tokens, repeated twice)"
 
 
-def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE):
+def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE, skip=()):
     """The one statement for a role no head clears (the roles panel, the sample guide, the CLI): the
     strongest head's strength and score on `where`, each beside its bar (the threshold; chance +
     CHANCE_MARGIN), saying which it misses; or why no head has a strength (too many unknown
-    tokens; too few rows: `probe` names how to score the probe where the line is read)."""
-    n = hs.rows.get(role)
+    tokens; too few rows: `probe` names how to score the probe where the line is read). `skip`:
+    heads switched off in the run, never named ("no head still on")."""
+    n, on = hs.rows.get(role), " still on" if skip else ""
     if role in IDENTITY_ROLES and hs.notice:
         return f"{hs.notice[0].upper()}{hs.notice[1:]}."
     if n is not None and n < MIN_ROWS:
@@ -318,9 +320,9 @@ def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE):
         have = "no query row has" if n == 0 else f"only {n} query {'row has' if n == 1 else 'rows have'}"
         return (f"No head is labelled {TITLES[role]} on {where}: {have} a cell of its "
                 f"detection pattern, and a strength needs at least {MIN_ROWS}{hint}.")
-    best = hs.candidate(role)
+    best = hs.candidate(role, skip)
     if best is None:
-        return f"No head has any {TITLES[role]} strength on {where}."
+        return f"No head{on} has any {TITLES[role]} strength on {where}."
     l, h, strength = best
     score, chance, bar = float(hs.scores[role][l, h]), float(hs.chance[role][l, h]), THRESHOLDS[role]
     ok_s, ok_c = strength >= bar, score - chance >= CHANCE_MARGIN  # passes(), head by head
@@ -330,8 +332,8 @@ def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE):
     second = (f"score {sc_text}, {c_side} its chance score {chance:.{len(need) - 2}f} + "
               f"{CHANCE_MARGIN:g} = {need}")
     join = ", and" if ok_s == ok_c else ", but" if ok_s else ", though"
-    return (f"No head of this model clears the {TITLES[role]} bar on {where}: the strongest, "
-            f"{head_title(l, h)}, has {first}{join} {second}.")
+    return (f"No head {'still on' if skip else 'of this model'} clears the {TITLES[role]} bar on "
+            f"{where}: the strongest{on}, {head_title(l, h)}, has {first}{join} {second}.")
 
 
 def _sides(value, bar, ok, digits=3):

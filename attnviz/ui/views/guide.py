@@ -31,7 +31,7 @@ class GuideBar(QWidget):
         self.sample = None
         self.current: Guide | None = None  # the newest guide ("Show me" focuses its head)
         self._shown = None  # (the guide the answer shows, the result it was found on), or None
-        self._asked = None  # what the newest guide job was asked on: the result (Find) or its scores
+        self._asked = None  # what the newest guide job was asked on: (the result, its scores or None)
         self.look = QLabel()
         self.look.setWordWrap(True)
         self.look.setToolTip("What this sample shows; the head is found on the loaded model's own "
@@ -115,10 +115,11 @@ class GuideBar(QWidget):
                     self._no_guide(st.text_note)
                 return
             scores = st.text_scores
-        asked = result if scores is None else scores
-        if asked is self._asked:
+        # (a changed run whose patterns are the clean run's keeps its scores, but not its heads:
+        # the guide is asked again, on the run with the heads switched off)
+        if self._asked is not None and self._asked[0] is result and self._asked[1] is scores:
             return  # this guide is shown, or on its way
-        self._asked = asked
+        self._asked = (result, scores)
         self.state.want_guide(s, result, scores)
 
     def _on_compute_failed(self, request, message: str) -> None:
