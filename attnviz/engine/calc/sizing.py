@@ -347,7 +347,7 @@ def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:
             f"{len(d.window_layers)}·{min(T, d.window)})")
     else:
         formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layer / 8:g} · {T}"
-    formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch}"
+    formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch:,}"
     return formulas
 
 
