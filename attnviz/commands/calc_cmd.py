@@ -10,7 +10,7 @@ from pathlib import Path
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
     compare_cells,
-    exact_bytes, exact_count, format_bytes, format_count, shown_variants, window_layers_text,
+    exact_bytes, exact_count, format_bytes, format_count, shown_variants, tokens, window_layers_text,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.errors import CalcError
@@ -231,12 +231,12 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     rows = [("  per token per layer", exact_bytes(r.kv_bytes_per_token_per_layer),
              f["kv_bytes_per_token_per_layer"]),
             ("  per token", exact_bytes(r.kv_bytes_per_token), f["kv_bytes_per_token"]),
-            (f"  sequence of {T:,} tokens", exact_bytes(r.kv_bytes_sequence), f["kv_bytes_sequence"]),
+            (f"  sequence of {tokens(T)}", exact_bytes(r.kv_bytes_sequence), f["kv_bytes_sequence"]),
             (f"  batch of {i.batch:,}", exact_bytes(r.kv_bytes_total), f["kv_bytes_total"])]
     lines.append(_columns(rows))
 
     lines += ["", "MHA / as given / MQA"]
-    rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x batch {i.batch:,}", "reduction vs MHA")]
+    rows = [("  variant", "KV heads", "per token", f"at {tokens(T)} x batch {i.batch:,}", "reduction vs MHA")]
     for v in (r.compare[k] for k in shown_variants(r)):
         rows.append((f"  {v.label}", *compare_cells(v)))
     lines.append(_columns(rows))

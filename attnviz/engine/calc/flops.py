@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnviz.engine.calc.format import format_count
+from attnviz.engine.calc.format import format_count, plural
 from attnviz.engine.calc.inputs import Dims
 
 COUNTS = (
@@ -78,11 +78,11 @@ def _heads_vs_one_head(d: Dims, ctx: int, many: int) -> dict[str, Any] | None:
 def _scope(d: Dims) -> str:
     """What one step reads, with this question's numbers."""
     T, L = d.seq_len, d.n_layer
-    read = f"one new token reading {T:,} token" + "s" * (T != 1)
+    read = f"one new token reading {plural(T, 'token')}"
     n_win = len(d.window_layers)
     if d.window and T > d.window:
-        read += f" ({n_win} of {L} layers: the last {d.window:,})"
-    return f"{read}, all {L} layers, W_O included"
+        read += f" ({n_win} of {plural(L, 'layer')}: the last {d.window:,})"
+    return f"{read}, {'all ' if L != 1 else ''}{plural(L, 'layer')}, W_O included"
 
 
 def heads_vs_text(fl: dict[str, Any], n_head: int, n_kv_head: int, d_head: int) -> str:

@@ -6,6 +6,16 @@ from __future__ import annotations
 BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 
 
+def plural(n: int, word: str) -> str:
+    """`1 layer`, `2 layers`, `1,000 tokens`: a count and its word (an `s` where n is not 1)."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def tokens(n: int) -> str:
+    """`1 token`, `41 tokens`."""
+    return plural(n, "token")
+
+
 def format_bytes(n: int) -> str:
     """`2147483648` -> `2 GiB`; `1152` -> `1.12 KiB`; binary units, labelled so."""
     if n < 1024:

@@ -25,7 +25,7 @@ def typeset(note: str) -> str:
     return " ".join(words)
 
 
-_OPERATORS = "=*/+\u00d7\u2260<>"
+_OPERATORS = "=*/+^\u00d7\u2260<>"
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 _NAME = re.compile(r"[A-Za-z]|[A-Za-z]\w*_\w*")  # a letter, or a name like d_model (not Qwen2, h0)
 

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
-    kv_cache_needed, shown_variants,
+    kv_cache_needed, plural, shown_variants, tokens,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.inputs import CalcInputs, resolve
@@ -63,7 +63,8 @@ class ResultTable(QTableWidget):
     def fit_height(self) -> None:
         self.resizeRowsToContents()
         rows = sum(self.rowHeight(r) for r in range(self.rowCount()))
-        self.setFixedHeight(self.horizontalHeader().height() + rows + 2 * self.frameWidth())
+        header = self.horizontalHeader()  # (its hint: a header text given more lines grows it at the next layout)
+        self.setFixedHeight(max(header.height(), header.sizeHint().height()) + rows + 2 * self.frameWidth())
 
     def fill(self, rows: list[tuple[str, ...]], tooltips: list[str] | None = None) -> None:
         self.setRowCount(len(rows))
@@ -140,7 +141,9 @@ class CompareTable(ResultTable):
     def show_result(self, r: CalcResult) -> None:
         # the cache column is the whole batch's, as the KV cache line says
         T = r.inputs.seq_len
-        self.horizontalHeaderItem(3).setText(f"at {T:,}\n{'token' if T == 1 else 'tokens'}\n× batch {r.inputs.batch:,}")
+        b = r.inputs.batch  # (a batch of 1,000 or more on a line of its own: it cut the column at 300 px)
+        batch = f"× batch {b:,}" if b < 1000 else f"× batch\n{b:,}"
+        self.horizontalHeaderItem(3).setText(f"at {T:,}\n{'token' if T == 1 else 'tokens'}\n{batch}")
         self._keys = shown_variants(r)
         variants = [r.compare[key] for key in self._keys]
         # a row's name is the plot's and the command line's label less the KV heads its next column
@@ -303,7 +306,7 @@ def params_text(r: CalcResult) -> str:
     mp = r.model_params
     lines = [f"attention per layer: <b>{r.attn_params_per_layer:,}</b> "
              f"({format_count(r.attn_params_per_layer)}) = {html.escape(f['attn_params_per_layer'])}",
-             f"attention, {i.n_layer} layers: {r.attn_params_total:,} "
+             f"attention, {plural(i.n_layer, 'layer')}: {r.attn_params_total:,} "
              f"({format_count(r.attn_params_total)})"]
     if mp:
         line = f"whole model: <b>{mp['total']:,}</b> ({format_count(mp['total'])})"
@@ -324,7 +327,8 @@ def kv_text(r: CalcResult) -> str:
         layer, n_full = r.kv_bytes_per_token_per_layer, i.n_layer - n_win
         parts = [f"{layer * n_win:,} bytes × {w:,}"]
         if n_full:
-            per += f" = {layer * n_full:,} bytes on the {n_full} full layers + {layer * n_win:,} on the {n_win} window layers"
+            per += (f" = {layer * n_full:,} bytes on the {plural(n_full, 'full layer')} + {layer * n_win:,} "
+                    f"on the {plural(n_win, 'window layer')}")
             parts.insert(0, f"{layer * n_full:,} bytes × {T:,}")
         sum_ = " + ".join(parts)
         total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + (
@@ -364,11 +368,6 @@ def sentence_text(r: CalcResult | None, T: int | None, counted_by: str = "", lay
     # (the tokenizer's name, where given, between the count and its bytes, out of the bold)
     counted = f"<b>{tokens(T)}</b>{whose} <b>→" if whose else f"<b>{tokens(T)} →"
     return f"this sentence: {counted} {size:,} bytes</b> ({format_bytes(size)}) of KV cache" + batch
-
-
-def tokens(n: int) -> str:
-    """`1 token`, `41 tokens`."""
-    return f"{n:,} token" + ("" if n == 1 else "s")
 
 
 def live_text(result, model) -> str:

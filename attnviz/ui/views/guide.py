@@ -17,7 +17,7 @@ from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine.analysing.effects import is_changed
-from attnviz.engine.analysing.samples import Guide, sample_for_text
+from attnviz.engine.analysing.samples import Guide, sample_for_text, switched_off
 from attnviz.figures.style import GOOD, WARNING
 from attnviz.ui.views.fields import rich_label
 
@@ -139,9 +139,10 @@ class GuideBar(QWidget):
         self.current, self._shown = value, (value, result)
         self._write_answer()
         if value.layer is None:  # no head has any strength for it: none to focus
-            self.answer.setToolTip("No head passes the bar, and none is a candidate")
-            self._show_off("No head to show: no head of this model has any strength for what "
-                           "this sample looks for (the answer says why)")
+            which = "no head still on" if switched_off(result) else "no head of this model"
+            self.answer.setToolTip(f"No head passes the bar, and {which} is a candidate")
+            self._show_off(f"No head to show: {which} has any strength for what this sample looks "
+                           "for (the answer says why)")
             return
         self.answer.setToolTip("" if value.claimed else "No head passes this sample's bar: 'Show "
                                "me' focuses the closest candidate, as the answer names it")
