@@ -15,7 +15,9 @@ from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
 from attnviz.ui.views.fields import plain_tip
-from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar, update_bar
+from attnviz.ui.views.grid_items import (
+    HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
+)
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -122,6 +124,7 @@ class FocusView(QWidget):
         self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
         self.gw.addItem(self.cbar, row=0, col=1)
+        self.no_model = NoModel(state, self.cbar, then=self.refresh)  # no bar, the title says why
         self.overlay = pg.ScatterPlotItem(pxMode=False, symbol="s", size=0.8,
                                           pen=pg.mkPen("#ff4081", width=2), brush=None)
         self.overlay.setZValue(2)
@@ -257,6 +260,8 @@ class FocusView(QWidget):
         self.window_line.setVisible(bool(edge))
 
     def _empty_text(self) -> str:
+        if self.state.model is None and self.state.result is None:
+            return no_model_text(self.state)
         if self.state.long.run is not None:
             return ("A long text: its focused head is the large pane of the long view, beside the "
                     "grid (zoom there for the exact weights).")

@@ -27,7 +27,7 @@ from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.grid_items import (
-    HeadOutline, Label, MosaicImage, colour_bar, place_bands, place_titles, update_bar,
+    HeadOutline, Label, MosaicImage, NoModel, colour_bar, place_bands, place_titles, update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
@@ -65,6 +65,7 @@ class HeatmapGrid(QWidget):
         self.plot.addItem(self.img)
         self.cbar = colour_bar(state.colormap, self.font())
         self.gw.addItem(self.cbar, row=0, col=1)
+        self.no_model = NoModel(state, self.cbar, self.gw)  # an empty grid says why
 
         self.focus_rect = QGraphicsRectItem()
         pen = QPen(QColor(FOCUS), 2)
