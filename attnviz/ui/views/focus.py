@@ -15,6 +15,7 @@ from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
 from attnviz.ui.views.fields import plain_tip
+from attnviz.ui.views.compute_figures import tokens
 from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
 )
@@ -245,7 +246,7 @@ class FocusView(QWidget):
         self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
                            + (f" · KV {kv}" if gqa else "")
                            + (f" · {badge}" if badge else "") + share
-                           + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
+                           + f" · {st.model_name} · {tokens(T)} · rows: query, columns: key")
 
     def _draw_window(self, layer: int, T: int) -> None:
         """The sliding window's edge on a local layer, once the text is longer than the window."""

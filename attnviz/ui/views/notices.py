@@ -91,8 +91,8 @@ class Notices(QObject):
             T = len(result.tokens)
             model = self.state.model
             max_pos = model.config.max_positions if model is not None else T
-            lines.append(f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at "
-                         f"most {max_pos} positions, so only the first {T} are shown.")
+            lines.append(f"Text is {result.n_tokens_full:,} tokens; {self.state.model_name} reads at "
+                         f"most {max_pos:,} positions, so only the first {T:,} are shown.")
         st = self.state
         notice = result.notice if result is not None else None
         if result is not None and not notice and result.text == st.text:
