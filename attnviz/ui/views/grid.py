@@ -41,8 +41,8 @@ class HeatmapGrid(QWidget):
         self.state = state
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setToolTip("Hover a cell to read its weight; click a head to focus it; "
-                        "Shift+click a row to pick that query token in every head; Alt+click or "
-                        "right-click a head to switch it off")
+                        "Shift+click a row to pick that query token in every head; Alt+click a "
+                        "head to switch it off; right-click it for a menu of ways")
         self.gw = pg.GraphicsLayoutWidget()
         self.gw.setBackground(BACKGROUND)
         # the view paints every pixel itself with its opaque background: Qt need not fill the
