@@ -5,6 +5,7 @@ runner's model scans and of the state's current model."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -262,7 +263,8 @@ def keys_html() -> str:
 
 
 def about_html(model) -> str:
-    """Help > About: the version, and the loaded model's name, shape, licence and folder."""
+    """Help > About: the version, and the loaded model's name, shape, licence and folder (its file,
+    for a GGUF)."""
     from attnviz import __version__
 
     if model is None:
@@ -272,7 +274,7 @@ def about_html(model) -> str:
         text = (f"Model: <b>{html.escape(model.name)}</b> "
                 f"({model_shape(c.family, c.n_layer, c.n_head, c.n_kv_head)})<br>Licence: "
                 f"{html.escape(model.license or 'not stated in the model folder')}<br>"
-                f"Folder: {html.escape(str(model.path))}")
+                f"{'File' if Path(model.path).is_file() else 'Folder'}: {html.escape(str(model.path))}")
         if model.name == textbook.TEXTBOOK_NAME:
             text += f"<br>{html.escape(textbook.vocabulary_line())}"
     return (f"<h3>attnviz {__version__}</h3><p>Multi-head attention of real models, computed "
