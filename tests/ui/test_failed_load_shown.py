@@ -29,7 +29,7 @@ def test_a_failed_first_load_says_what_is_missing(qtbot, tmp_path):
     assert "junk.gguf is not a GGUF file" in banner.text()
     note = widget(w, "no_model_note")
     assert note.isVisible() and note.text().startswith("No model is loaded")
-    assert not w.grid.cbar.isVisible() and not w.focus_view.cbar.isVisible()
+    assert w.grid.cbar.opacity() == 0 and w.focus_view.cbar.opacity() == 0  # not drawn
     assert w.focus_view.title.text().startswith("No model is loaded")
     answer = w.guide_bar.answer.text()
     assert "No model is loaded" in answer and "Finding" not in answer
@@ -48,6 +48,6 @@ def test_a_failed_load_keeps_the_model_shown_and_its_views(qtbot, tmp_path):
     drain_events()
     assert banner.text().endswith("Still showing all-MiniLM-L6-v2.")
     assert w.state.model.name == "all-MiniLM-L6-v2" and w.grid.drawn is w.state.result
-    assert w.grid.cbar.isVisible() and w.focus_view.cbar.isVisible()
+    assert w.grid.cbar.opacity() == 1 and w.focus_view.cbar.opacity() == 1
     assert not widget(w, "no_model_note").isVisible()
     assert w.focus_view.title.text().startswith("<b>L0 H1</b>")

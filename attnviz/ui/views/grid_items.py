@@ -34,7 +34,7 @@ def no_model_text(state) -> str:
 
 class NoModel(QObject):
     """While no model is loaded and no result shown (a failed first load, or before the first model
-    arrives) a view's colour bar is hidden (it would scale nothing) and, given a `frame`, a line
+    arrives) a view's colour bar is not drawn (it would scale nothing) and, given a `frame`, a line
     over it says why it is empty; `then` is called when that changes (the focus view's title). Made
     before the view's other slots, the bar is shown again before a result redraws it."""
 
@@ -66,7 +66,7 @@ class NoModel(QObject):
         if shown == self.shown:
             return  # (a result on a result: nothing to change)
         self.shown = shown
-        self.bar.setVisible(not none)
+        self.bar.setOpacity(0.0 if none else 1.0)  # (not hidden: its room in the layout stays)
         if self.label is not None:
             self.label.setText(shown[1])
             self.label.setVisible(none)
