@@ -174,7 +174,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines = []
     title = f"{preset.name} ({preset.id})" if preset else "attention layout"
     lines.append(f"{title}: {r.attention_kind}, KV cache in {i.kv_dtype}, seq_len {T:,}, "
-                 f"batch {i.batch}")
+                 f"batch {i.batch:,}")
     if preset:
         lines.append(f"source: {preset.source}")
     lines.append(f"conventions: {CONVENTIONS}")
@@ -232,11 +232,11 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
              f["kv_bytes_per_token_per_layer"]),
             ("  per token", exact_bytes(r.kv_bytes_per_token), f["kv_bytes_per_token"]),
             (f"  sequence of {T:,} tokens", exact_bytes(r.kv_bytes_sequence), f["kv_bytes_sequence"]),
-            (f"  batch of {i.batch}", exact_bytes(r.kv_bytes_total), f["kv_bytes_total"])]
+            (f"  batch of {i.batch:,}", exact_bytes(r.kv_bytes_total), f["kv_bytes_total"])]
     lines.append(_columns(rows))
 
     lines += ["", "MHA / as given / MQA"]
-    rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x batch {i.batch}", "reduction vs MHA")]
+    rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x batch {i.batch:,}", "reduction vs MHA")]
     for v in (r.compare[k] for k in shown_variants(r)):
         rows.append((f"  {v.label}", *compare_cells(v)))
     lines.append(_columns(rows))

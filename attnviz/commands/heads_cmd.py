@@ -72,6 +72,7 @@ def _fmt(v):
     return "   nan" if np.isnan(v) else f"{v:6.3f}"
 
 
+CLI_PROBE = "the induction probe (--probe)"  # how this command scores it, for a text that repeats too little
 UNDER_CHANCE = "*"  # a strength that clears its threshold while the score does not beat chance
 
 
@@ -189,7 +190,8 @@ def cmd_heads(args) -> int:
         elif role in H.IDENTITY_ROLES and hs.notice:
             print(f"{H.TITLES[role]}: not labelled (too many unknown tokens)")
         else:
-            print(f"{H.TITLES[role]}: {H.no_head_clears(hs, role, 'the probe' if args.probe else 'this text')}")
+            where = "the probe" if args.probe else "this text"
+            print(f"{H.TITLES[role]}: {H.no_head_clears(hs, role, where, probe=CLI_PROBE)}")
     if model.name == textbook.TEXTBOOK_NAME:
         print("\nHow the textbook heads were built:")
         for l in range(c.n_layer):

@@ -36,6 +36,7 @@ from attnviz.ui.machinery.settings import app_settings, export_choices, remember
 from attnviz.ui.machinery.state import VIEW_MODES
 from attnviz.ui.machinery.runner import describe_error
 from attnviz.engine.computing.request import RunRequest
+from attnviz.ui.views.fields import plain_label
 
 log = logging.getLogger(__name__)
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",
@@ -288,7 +289,7 @@ class ExportDialog(QDialog):
         path_row = QHBoxLayout()
         path_row.addWidget(self.path_edit, 1)
         path_row.addWidget(browse)
-        self.error = QLabel()
+        self.error = plain_label(QLabel())  # (an error may quote a path)
         self.error.setWordWrap(True)
         self.error.setStyleSheet(f"color: {ERROR};")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -309,7 +310,7 @@ class ExportDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         box = QVBoxLayout(self)
         box.addLayout(form)
-        self.note = QLabel()  # what the export writes where it is not what the grid shows
+        self.note = plain_label(QLabel())  # what the export writes where it is not what the grid shows
         self.note.setWordWrap(True)
         self.note.setStyleSheet(f"color: {WARNING};")
         self.note.hide()

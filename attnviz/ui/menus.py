@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QMenu, QMessageBox
 
 from attnviz.engine.reading import textbook
+from attnviz.ui.views.fields import menu_text, plain_tip
 
 
 class ModelsMenu(QMenu):
@@ -48,7 +49,7 @@ class ModelsMenu(QMenu):
         current = self.state.model
         for info in infos:
             act = self.addAction(
-                f"{info.name}  ({model_shape(info.family, info.n_layer, info.n_head, info.n_kv_head)})")
+                menu_text(f"{info.name}  ({model_shape(info.family, info.n_layer, info.n_head, info.n_kv_head)})"))
             act.setToolTip(str(info.path))
             act.setCheckable(True)
             act.setChecked(current is not None and (
@@ -176,7 +177,7 @@ def ask_memory_budget(w) -> None:
         if model is not None:
             model.set_memory_budget(n)
     except AttnvizError as exc:
-        QMessageBox.warning(w, "Memory budget", str(exc))
+        QMessageBox.warning(w, "Memory budget", plain_tip(str(exc)))  # (it quotes what was typed)
         return
     set_memory_budget(n)
     remembered.remember_memory_budget(w.settings, text)

@@ -156,3 +156,13 @@ def test_cli_flops_of_each_kind_of_preset_are_the_count_by_hand(capsys, kind):
     else:
         assert fl["heads_vs_one_head"]["one_head_matmul_flops"] == want["one_head_matmul"]
         assert f"ratio {want['total'] / want['one_head_matmul']:.3g})" in text
+
+
+def test_cli_writes_a_large_batch_with_separators_as_the_tab_does(capsys):
+    """A batch of 1,000 reads "batch 1,000" in the title, the totals and the table's header, as
+    every other count the command prints."""
+    assert main(["calc", "--preset", "smollm2-135m", "--seq-len", "8192", "--batch", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 1,000" in out.splitlines()[0] and "batch of 1,000" in out, out
+    assert "x batch 1,000" in out.split("MHA / as given / MQA")[1].splitlines()[1]
+    assert "1000" not in out.replace("1,000", ""), out

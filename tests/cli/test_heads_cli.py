@@ -26,6 +26,15 @@ def test_cli_heads_json_on_text(cli, minilm):
     assert "TransformerLens" in doc["definitions"]["previous"]
 
 
+def test_cli_heads_on_a_text_that_repeats_too_little_names_the_probe_flag(cli):
+    # 'the' twice after its first: two duplicate rows, under the three a strength needs
+    rc, out, _ = cli("heads", *MINILM, "--text", "The keys to the cabinet are on the table.")
+    assert rc == 0
+    assert ("duplicate token: No head is labelled duplicate token on this text: only 2 query rows "
+            "have a cell of its detection pattern, and a strength needs at least 3; the induction "
+            "probe (--probe) repeats every token.") in out
+
+
 def test_cli_heads_table_on_textbook_probe(cli):
     rc, out, _ = cli("heads", "--model", "attnviz-textbook", "--probe")
     assert rc == 0

@@ -1,6 +1,5 @@
-"""A GGUF model whose layers are packed lets go of the file's pages it packed, read at load or
-later (a lazy load's layers, as runs reach them; float32 copies expanded from the file), and keeps
-none of the file's pages in use: its norm gains are copies, not views of the file (reading a view would map back
+"""A GGUF model whose layers are packed lets go of the file's pages it packed, and keeps none of the
+file's pages in use: its norm gains are copies, not views of the file (reading a view would map back
 the pages around it, packed neighbours too: a kernel may map a file a large folio per fault)."""
 
 import struct
@@ -35,44 +34,19 @@ def _mapped_pages(path) -> set[int]:
     return pages
 
 
-def _packed_pages_held(path, n_layer: int) -> dict:
-    """Each packed tensor of GGUF file `path` -> its pages mapped in this process now."""
-    reader = open_gguf(path)
-    packed = {t.name: range((t.data_offset) // 4096, (t.data_offset + t.n_bytes - 1) // 4096 + 1)
-              for t in reader.tensors if t.name.startswith("blk.") and t.tensor_type == Q.Q4_1}
-    del reader
-    assert len(packed) >= 5 * n_layer  # (ffn_down: F32, its rows are no blocks)
-    mapped = _mapped_pages(path)
-    assert mapped, "the file is mapped (the embedding is read from it)"
-    return {name: sorted(mapped.intersection(pages)) for name, pages in packed.items()}
-
-
 def test_a_packed_load_leaves_no_page_of_a_packed_tensor_mapped(tmp_path, kernels):
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     path = write_gguf(tmp_path / "q4_1.gguf", cfg, tensors, Q.Q4_1).resolve()
     model = load_gguf(path)
     assert model.weights.packed_types
-    held = _packed_pages_held(path, cfg["num_hidden_layers"])
-    assert not any(held.values()), {n: p for n, p in held.items() if p}
-
-
-@pytest.mark.parametrize("expand", [False, True], ids=["views", "float32 layers passing"])
-def test_layers_read_after_a_lazy_load_leave_no_page_of_a_packed_tensor_mapped(tmp_path, kernels, expand):
-    """eager=False: each layer is read when a run first reaches it (its packed view, or, where a
-    long run asks, its float32 copy from the file), and what the load would release at its end is
-    released after each such read: reading one tensor maps back its released neighbours."""
-    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
-    path = write_gguf(tmp_path / "q4_1.gguf", cfg, tensors, Q.Q4_1).resolve()
-    model = load_gguf(path, eager=False)
-    assert model.weights.packed_types
-    layers = model.weights.layers
-    assert not any(layers.holds(i) for i in range(len(layers)))
-    model.run(ids=[5, 17, 3, 9, 2, 11, 4, 8])
-    if expand:  # every layer's float32 copy read from the file's blocks, one at a time
-        layers.set_budget(max(layers.sizes))
-        for i in range(len(layers)):
-            assert layers[i].w_qkv is not None
-    held = _packed_pages_held(path, cfg["num_hidden_layers"])
+    reader = open_gguf(path)
+    packed = {t.name: range((t.data_offset) // 4096, (t.data_offset + t.n_bytes - 1) // 4096 + 1)
+              for t in reader.tensors if t.name.startswith("blk.") and t.tensor_type == Q.Q4_1}
+    del reader
+    assert len(packed) >= 5 * cfg["num_hidden_layers"]  # (ffn_down: F32, its rows are no blocks)
+    mapped = _mapped_pages(path)
+    assert mapped, "the file is mapped (the embedding is read from it)"
+    held = {name: sorted(mapped.intersection(pages)) for name, pages in packed.items()}
     assert not any(held.values()), {n: p for n, p in held.items() if p}
 
 
@@ -86,3 +60,21 @@ def test_a_float32_vector_is_a_copy_not_a_view_of_the_file(tmp_path):
     gain = ts.get("blk.0.attn_norm.weight", (d,))
     np.testing.assert_array_equal(gain, tensors["blk.0.attn_norm.weight"])
     assert not np.shares_memory(gain, ts.stored("blk.0.attn_norm.weight", (d,)).data)
+
+
+def test_a_tensor_released_again_and_again_is_released_once_by_release_again(tmp_path, monkeypatch):
+    """Each run that reads a layer's W_O alone releases it again; release_again (the load's last
+    step) then releases each tensor once, not once for every time a run released it."""
+    from attnviz.engine.reading import gguf_tensors as G
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    ts = G.GGUFTensors(open_gguf(path), path)
+    d = cfg["hidden_size"]
+    for _ in range(5):
+        ts.release("blk.0.attn_output.weight", (d, d))
+    ts.release("blk.1.attn_output.weight", (d, d))
+    calls = []
+    monkeypatch.setattr(G, "release_pages", lambda region: calls.append(region.nbytes))
+    ts.release_again()
+    assert len(calls) == 2

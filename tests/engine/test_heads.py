@@ -181,10 +181,45 @@ def test_labels_follow_thresholds_and_min_rows():
     # and the statement says so, rather than naming a "strongest" head at strength 0.000
     line = H.no_head_clears(hs, "duplicate")
     assert line == ("No head is labelled duplicate token on this text: only 1 query row has a cell "
-                    "of its detection pattern, and a strength needs at least 3; the induction probe "
-                    "(--probe) repeats every token.")
+                    "of its detection pattern, and a strength needs at least 3; the probe (Head "
+                    "roles \u2192 Score on \u2192 probe: random tokens, repeated twice) repeats "
+                    "every token.")
+    # the command line names its own flag
+    assert H.no_head_clears(hs, "duplicate", probe="the induction probe (--probe)").endswith(
+        "; the induction probe (--probe) repeats every token.")
     streamed = H.score_blocks([(0, 0, a[None])], 1, 1, ids, causal=True)  # the long view's scores
     assert H.no_head_clears(streamed, "duplicate") == line
+
+
+def _one_head(role, strength, score, chance):
+    """HeadScores of one head with these numbers for `role` (enough rows to have a strength)."""
+    one = lambda v: np.array([[v]])  # noqa: E731
+    return H.HeadScores(scores={role: one(score)}, strength={role: one(strength)},
+                        coverage={role: 1 / 6}, labels=[["mixed"]], chance={role: one(chance)},
+                        rows={role: 3})
+
+
+def test_no_head_clears_says_which_bar_the_strongest_head_misses():
+    # MiniLM on the repeated-names sample: strength over the threshold, score not 0.1 over chance;
+    # the line says the score is what fails, beside chance + 0.1, not the threshold it clears
+    line = H.no_head_clears(_one_head("duplicate", 0.6, 0.1, 0.009), "duplicate", "this sample")
+    assert line == ("No head of this model clears the duplicate token bar on this sample: the "
+                    "strongest, L0 H0, has strength 0.600, over the threshold 0.5, but score 0.100, "
+                    "under its chance score 0.009 + 0.1 = 0.109.")
+    # both missed
+    assert ("has strength 0.300, under the threshold 0.5, and score 0.050, under its chance score "
+            "0.010 + 0.1 = 0.110.") in H.no_head_clears(_one_head("induction", 0.3, 0.05, 0.01), "induction")
+    # the threshold missed, the chance margin cleared
+    assert ("has strength 0.300, under the threshold 0.5, though score 0.300, over its chance "
+            "score 0.010 + 0.1 = 0.110.") in H.no_head_clears(_one_head("self", 0.3, 0.3, 0.01), "self")
+    # a miss the third decimal would round away is written with more decimals, never 0.500 < 0.5
+    assert "strength 0.49996, under the threshold 0.5" in H.no_head_clears(
+        _one_head("previous", 0.49996, 0.3, 0.01), "previous")
+    assert "score 0.10899, under its chance score 0.00900 + 0.1 = 0.10900" in H.no_head_clears(
+        _one_head("previous", 0.6, 0.10899, 0.009), "previous")
+    # no head with any strength: none is the strongest (argmax would name L0 H0 at 0.000)
+    assert H.no_head_clears(_one_head("previous", 0.0, float("nan"), 0.01), "previous") == (
+        "No head has any previous token strength on this text.")
 
 
 def test_cleared_best_and_json():

@@ -21,7 +21,8 @@ def test_every_sample_says_in_one_line_what_to_look_for():
     for s in SAMPLES:
         assert s.look_for and "\n" not in s.look_for and len(s.look_for) < 160
         assert (s.find is None) != (not s.roles), s.title  # one rule each
-        assert all(r in H.ROLES for r in s.roles)
+        assert all(r in H.ROLES for r in s.roles + s.closest)
+        assert not set(s.roles) & set(s.closest)
         assert sample_for_text(s.text) is s
     assert sample_for_text(SAMPLES[0].text + " ") is None  # an edited sample is the user's text
 
@@ -43,8 +44,26 @@ def test_guide_says_no_head_clears_rather_than_inventing_one(book):
     hs = H.score_result(r, unknown_ids=H.unknown_token_ids(book))
     # the roles panel's statement, from its one home (heads.no_head_clears), for the first role tried
     assert not g.claimed and g.message.startswith(H.no_head_clears(hs, "induction", "this sample"))
-    assert g.message.endswith("Nor does any clear the duplicate token threshold.")
-    assert (g.layer, g.head) == H.score_result(r).best_strength("induction")[:2]
+    assert g.message.endswith("Nor does any clear the duplicate token bar.")
+    # no row has an induction cell, so no head has a strength: none is named (argmax would say L0 H0)
+    assert (g.layer, g.head) == (None, None) and "L0 H0" not in g.message
+
+
+def test_minilms_repeated_names_guide_says_the_score_misses_its_bar_not_the_strength(minilm):
+    """MiniLM's strongest duplicate-token head on the repeated-names sample clears the strength
+    threshold but its score does not beat chance by the margin: the line says that, not a strength
+    over 0.5 beside "(0.5, and chance + 0.1)" that reads as a head that clears it."""
+    s = next(x for x in SAMPLES if x.title == "Repeated names")
+    r = minilm.run(s.text)
+    g = guide(s, r, H.unknown_token_ids(minilm))
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(minilm))
+    l, h, strength = hs.best_strength("duplicate")
+    score, chance = hs.scores["duplicate"][l, h], hs.chance["duplicate"][l, h]
+    assert strength >= 0.5 and score - chance < H.CHANCE_MARGIN  # (the case this test is about)
+    assert not g.claimed and (g.layer, g.head) == (l, h)
+    assert (f"the strongest, L{l} H{h}, has strength {strength:.3f}, over the threshold 0.5, but "
+            f"score {score:.3f}, under its chance score {chance:.3f} + 0.1 = {chance + 0.1:.3f}.") \
+        in g.message, g.message
 
 
 def test_guide_uses_scores_it_is_given(book, monkeypatch):
@@ -64,6 +83,20 @@ def test_guide_on_unknown_heavy_text_claims_no_identity_role(book):
     g = guide(Sample("t", text, "", roles=("induction", "duplicate")), book.run(text),
               H.unknown_token_ids(book))
     assert not g.claimed and "unknown" in g.message
+    # no head has a strength there: none is named as the strongest (no arbitrary L0 H0)
+    assert (g.layer, g.head) == (None, None) and "L0 H0" not in g.message, g.message
+
+
+def test_textbooks_repeated_names_guide_names_no_head():
+    """The textbook vocabulary knows too few of the repeated-names sample's words to label a
+    duplicate-token head: the guide says so once, and names no head (none has a strength)."""
+    book = load_model(textbook.TEXTBOOK_NAME)
+    s = next(x for x in SAMPLES if x.title == "Repeated names")
+    r = book.run(s.text)
+    g = guide(s, r, H.unknown_token_ids(book))
+    assert (g.layer, g.head, g.claimed) == (None, None, False)
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(book))
+    assert g.message == hs.notice[0].upper() + hs.notice[1:] + ".", g.message
 
 
 def _direct_specificity(att, q, k):  # [n_layer, n_head, T, T] -> [n_layer, n_head], a plain loop
@@ -94,12 +127,33 @@ def test_guides_on_real_models_match_a_direct_computation(which, request):
             sc = H.score_result(r, unknown_ids=unknown)
             role = next((x for x in s.roles if sc.cleared(x)), None)
             assert g.claimed == (role is not None)
+            near = next((x for x in s.closest if sc.cleared(x)), None) if role is None else None
+            if near is not None:  # not the role looked for: said so, and shown as the closest
+                kind = H.TITLES[s.roles[0]].replace(" ", "-")
+                assert g.message.startswith(f"No {kind} head on this sample; the closest: ")
+                assert (g.layer, g.head, sc.strength[near][g.layer, g.head]) == sc.cleared(near)[0]
             if role is not None:  # the strongest head that clears the first role any head clears
                 st = sc.strength[role]
                 ok = H.passes(role, st, sc.scores[role], sc.chance[role])
                 assert ok[g.layer, g.head]
                 assert st[g.layer, g.head] == st[ok].max()
         assert f"L{g.layer} H{g.head}" in g.message
+
+
+def test_minilms_induction_sample_shows_its_duplicate_token_head_as_the_closest_not_a_finding(minilm):
+    """MiniLM has no induction head on the made-up-names sample; its duplicate-token head L2 H9
+    clears the duplicate bar. The guide says there is no induction head and names L2 H9 as the
+    closest, a duplicate-token head, unclaimed (it was claimed as if it were what the sample shows)."""
+    s = next(x for x in SAMPLES if "induction" in x.title)
+    r = minilm.run(s.text)
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(minilm))
+    assert not hs.cleared("induction") and hs.cleared("duplicate")  # (the case this test is about)
+    l, h, strength = hs.cleared("duplicate")[0]
+    g = guide(s, r, H.unknown_token_ids(minilm))
+    assert (g.layer, g.head, g.claimed) == (l, h, False)
+    assert g.message == (f"No induction head on this sample; the closest: L{l} H{h}, a "
+                         f"duplicate-token head (strength {strength:.2f}, score "
+                         f"{hs.scores['duplicate'][l, h]:.2f}, chance {hs.chance['duplicate'][l, h]:.2f}).")
 
 
 def test_smollm2_induction_sample_points_at_an_induction_head(smollm2):
@@ -123,6 +177,29 @@ def test_the_guides_count_of_heads_agrees_with_the_labels_the_roles_panel_counts
     for l, h in other:
         assert f"L{l} H{h} is labelled {sc.labels[l][h]}" in g.message or \
             f"L{l} H{h} {sc.labels[l][h]}" in g.message
+
+
+def test_a_changed_run_never_names_a_head_switched_off_and_says_it_is_off(minilm):
+    """Switching off the guide's head: its pattern is still drawn (only its output is removed), so it
+    still scores best; the changed run's guide names the strongest head still on and says the one
+    it named before is switched off (it named it again, as if it were the finding)."""
+    from attnviz.engine.analysing.effects import Ablation, window_run
+
+    unknown = H.unknown_token_ids(minilm)
+    for s in (next(x for x in SAMPLES if x.title == "Long paragraph"), SAMPLES[0]):  # roles; Find
+        clean = guide(s, minilm.run(s.text), unknown)
+        assert clean.claimed
+        off = (clean.layer, clean.head)
+        r = window_run(minilm, s.text, ablation=Ablation(heads=(off,))).result
+        g = guide(s, r, unknown)
+        assert (g.layer, g.head) != off and g.layer is not None
+        what = "the previous token bar" if s.roles else "the bar for 'are' \u2192 'keys'"
+        assert g.message.endswith(f". Switched off in this run: L{off[0]} H{off[1]}, which clears "
+                                  f"{what}."), g.message
+        if s.roles:
+            assert g.message.startswith(f"L{g.layer} H{g.head}: previous token strength")
+            hs = H.score_result(r, unknown_ids=unknown)
+            assert hs.cleared("previous")[0][:2] == off  # (the case this test is about)
 
 
 class _Run:  # what a Find guide reads of a result: its patterns and its token labels

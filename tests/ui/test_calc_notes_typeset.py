@@ -5,7 +5,7 @@ range but a minus "−" in a formula ("d - 1"); presets.json keeps the reference
 import pytest
 
 from attnviz.engine.calc.presets import PRESETS_PATH, load_presets
-from attnviz.ui.panels.calc_views import typeset
+from attnviz.ui.panels.calc_notes import typeset
 
 
 def _select(panel, preset_id):
@@ -36,6 +36,13 @@ def test_gemma_3_270m_reads_not_equal_in_the_window_and_ascii_in_presets_json(ca
     ("a = 2; layers 5 - 10", "a = 2; layers 5 \u2013 10"),
     ("n_inner=null -> 4*n_embd", "n_inner=null \u2192 4*n_embd"),
     ("16*256 = 4096 != 3072", "16*256 = 4096 \u2260 3072"),
+    ("4*256 - 1 = 1023", "4*256 \u2212 1 = 1023"),
+    ("layers 5 - 10 use sliding window (4096/2)", "layers 5 \u2013 10 use sliding window (4096/2)"),
+    ("see https://hf.co/x (layers 0 - 3)", "see https://hf.co/x (layers 0 \u2013 3)"),
+    ("context 2023 - 2024 (rope_theta = 1e6)", "context 2023 \u2013 2024 (rope_theta = 1e6)"),
+    ("3 dense + 58 MoE layers 3 - 61", "3 dense + 58 MoE layers 3 \u2013 61"),
+    ("Qwen2 - Qwen3 share the layout", "Qwen2 \u2013 Qwen3 share the layout"),
+    ("heads h0 - h7", "heads h0 \u2013 h7"),
 ])
 def test_a_spaced_hyphen_is_a_minus_in_a_formula_and_a_dash_between_words_or_in_a_range(note, shown):
     assert typeset(note) == shown

@@ -222,6 +222,8 @@ def test_the_sentence_line_says_whose_tokenizer_counted_it_under_another_model(c
     calc_panel.set_seq_len(46, "Meta-Llama-3.1-8B-Instruct-Q4_K_M")  # (a long name is cut on the plot)
     assert marker.toPlainText() == "sentence: 46 (Meta-Llama-3.1-8B-Instr\u2026's tokenizer)"
     assert "(Meta-Llama-3.1-8B-Instruct-Q4_K_M's tokenizer)" in calc_panel.sentence_label.text()
+    calc_panel.set_seq_len(46, "my{model}")  # (a folder's name as typed, braces and all)
+    assert marker.toPlainText() == "sentence: 46 (my{model}'s tokenizer)"
     calc_panel.set_seq_len(46, "Toy-7M")
     calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(LOADED))
     assert "tokenizer" not in calc_panel.sentence_label.text()
@@ -527,7 +529,7 @@ def test_the_compare_column_and_the_plot_name_the_batch_they_count(calc_panel):
     select(calc_panel, "smollm2-135m")
     calc_panel.spins["batch"].setValue(4)
     header = calc_panel.compare_table.horizontalHeaderItem(3).text()
-    assert header == "at 8,192 tokens\n× batch 4"
+    assert header == "at 8,192\ntokens\n× batch 4"
     given = next(row for row in compare_rows(calc_panel) if row[0] == "as given: GQA")
     assert given[3] == "720 MiB"  # 180 MiB a sequence, 4 of them
     assert calc_panel.plot.getPlotItem().getAxis("left").labelText == "KV cache of batch 4 (GiB)"  # (MHA: 2,160 MiB)

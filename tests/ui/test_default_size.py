@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 from attnviz.figures import compare as F
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import IOI, TOY, WAIT, drain_events, grid_titles_cut, hover, open_window
+from windows import IOI, TOY, WAIT, drain_events, grid_titles_cut, hover, open_window, tip_shown
 
 SIZES = [(1400, 860), (1280, 800), (1024, 700)]
 # 46 tokens on SmolLM2 (the case: the focus view labelled every other column)
@@ -249,7 +249,7 @@ def _map_titles_readable(frame: QWidget) -> list[str]:
                                          and headmap.caption_shown(hm, lay) == headmap.caption(hm, lay)):
             continue
         hover(box, QPoint(20, 6))  # on the title's first line
-        if box.toolTip() != headmap.whole_title(hm, lay):
+        if tip_shown(box.toolTip()) != headmap.whole_title(hm, lay).replace("\u00a0", " "):  # (as read back)
             bad.append(f"{hm.title!r} painted {headmap.title_shown(hm, lay)!r}, hover {box.toolTip()!r}")
     return bad
 

@@ -9,7 +9,7 @@ from attnviz.engine.analysing.effects import window_run
 from attnviz.engine.analysing.predict import attribute
 from attnviz.figures.effects import DLA_NOTES
 from attnviz.figures.numbers import signed
-from windows import IOI, WAIT, dla_shown, hover, painted_texts
+from windows import IOI, WAIT, dla_shown, hover, painted_texts, tip_shown
 
 
 def test_the_embed_and_bias_cells_read_the_engines_numbers(qtbot, tmp_path, monkeypatch):
@@ -24,5 +24,5 @@ def test_the_embed_and_bias_cells_read_the_engines_numbers(qtbot, tmp_path, monk
         assert f"{name} {signed(value, 3)}" in painted, painted
         r = view.lay.extra_rects[i]
         hover(view, QPoint(int(r.center().x()), int(r.center().y())))
-        assert view.toolTip() == f"{name}: {signed(value)} logit ({note})"
+        assert tip_shown(view.toolTip()) == f"{name}: {signed(value)} logit ({note})"
     assert np.isclose(ref.total(), ref.logit_diff, atol=1e-3)

@@ -22,7 +22,7 @@ def test_the_kv_line_says_why_the_calculator_counts_less(qtbot):
     per = kv_bytes_per_position(model.config)
     short, long = gen.steps[1], gen.steps[-1]  # T = 4 and T = 8
     assert short.T == 4 and long.T == 8 and long.kv_bytes == 8 * per
-    assert f"calculator: {short.kv_bytes // 1024} KiB ({short.kv_bytes:,} bytes); held" in panel.kv_text(short)
+    assert f"calculator at float32: {short.kv_bytes // 1024} KiB ({short.kv_bytes:,} bytes); held" in panel.kv_text(short)
     text = panel.kv_text(long)
-    assert f"calculator: 1.25 KiB ({5 * per:,} bytes: 2 of 2 layers keep only the last 5 tokens, where the " \
+    assert f"calculator at float32: 1.25 KiB ({5 * per:,} bytes: 2 of 2 layers keep only the last 5 tokens, where the " \
            "generation keeps every token's); held" in text, text

@@ -90,7 +90,7 @@ def test_every_number_the_panel_shows_while_another_run_holds_the_models_cache(w
         kv = T * PER_TOKEN
         held = gen.steps[s].kv_held
         assert panel.kv_label.text() == (f"KV of {T} tokens: {binary(kv)} ({kv:,} bytes); "
-                                         f"calculator: {binary(kv)} ({kv:,} bytes); held with room "
+                                         f"calculator at float32: {binary(kv)} ({kv:,} bytes); held with room "
                                          f"for the next positions: {binary(held)} ({held:,} bytes)")
         assert panel.marker.value() == s + 1
         p, full = recompute(smollm2, seq[:T])

@@ -125,8 +125,9 @@ def head_costs(cfg: ModelConfig, T: int, layer: int = 0) -> list[CostRow]:
     shared by n_group query heads count 1 / n_group per query head (exactly: a fraction where
     n_group does not divide them, as 512 / 3 bytes). Each row's note
     says "equal" when all heads together cost what one d_model-wide head costs, else why not.
-    The parameter rows add up to the Calculator's attention parameters per layer: W_Q, W_K, W_V,
-    W_O and their biases (W_O's bias in a row of its own: it is the layer's, not a head's)."""
+    The parameter rows add up to the Calculator's attention parameters per layer: W_Q, W_K, W_V
+    and W_O, each its weights only (as its shape multiplies out), then the biases in rows of their
+    own, Q, K and V's (a slice per head) and W_O's (the layer's, not a head's)."""
     d, dh, nh, nkv, g = cfg.d_model, cfg.d_head, cfg.n_head, cfg.n_kv_head, cfg.n_group
     D, Dkv = nh * dh, nkv * dh
     qb, fb = (dh, d) if cfg.qkv_bias else (0, 0)
@@ -141,10 +142,11 @@ def head_costs(cfg: ModelConfig, T: int, layer: int = 0) -> list[CostRow]:
         note = "equal" if all_heads == full_head else (reasons or "differs")
         rows.append(CostRow(what, per_head, all_heads, full_head, unit, note))
 
-    add("W_Q", d * dh + qb, d * D + nh * qb, d * d + fb, "params", wide)
-    add("W_K + W_V", 2 * (d * dh + qb) / g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
-        "params", gqa, wide)
+    add("W_Q", d * dh, d * D, d * d, "params", wide)
+    add("W_K + W_V", 2 * d * dh / g, 2 * d * Dkv, 2 * d * d, "params", gqa, wide)
     add("W_O", dh * d, D * d, d * d, "params", wide)
+    if qb:  # each head's own slice of them, in a row of its own as W_O's bias is
+        add("Q, K, V biases", qb + 2 * qb / g, (nh + 2 * nkv) * qb, 3 * fb, "params", gqa, wide)
     if cfg.o_bias:  # the layer's, added once after the heads are merged: no head's share
         add("W_O bias (no head's)", 0, d, d, "params")
     add("Q, K, V projections", 2 * T * d * dh + 4 * T * d * dh / g, 2 * T * d * (D + 2 * Dkv),

@@ -158,6 +158,13 @@ class HeadScores:
         l, h = np.unravel_index(int(np.argmax(s)), s.shape)
         return int(l), int(h), float(s[l, h])
 
+    def candidate(self, role, skip=()):
+        """best_strength among the heads not in `skip` [(layer, head)]; None where none has any."""
+        s = self.strength[role].copy()
+        s[tuple(np.array(sorted(skip), dtype=int).reshape(-1, 2).T)] = -1.0  # never named
+        l, h = np.unravel_index(int(np.argmax(s)), s.shape)
+        return (int(l), int(h), float(s[l, h])) if s[l, h] > 0 else None
+
     def unclaimed_roles(self):
         """Roles no head clears: the window and CLI say so instead of inventing one."""
         return [r for r in ROLES if not self.cleared(r)]
@@ -295,20 +302,48 @@ def score_result(result, exclude_bos=False, exclude_current_token=False, unknown
                        unknown_ids=unknown_ids, stop=stop)
 
 
-def no_head_clears(hs, role, where="this text"):
-    """The one statement for a role no head clears (the roles panel's summary, the sample guide):
-    its bar, and the strongest head's strength, score and chance score on `where`; or, where too
-    few query rows have a cell of the role's pattern for any head to be given a strength, that."""
-    n = hs.rows.get(role)
+# how the window scores the repeated-random probe, for a text that repeats too little
+WINDOW_PROBE = "the probe (Head roles \u2192 Score on \u2192 probe: random tokens, repeated twice)"
+
+
+def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE, skip=()):
+    """The one statement for a role no head clears (the roles panel, the sample guide, the CLI): the
+    strongest head's strength and score on `where`, each beside its bar (the threshold; chance +
+    CHANCE_MARGIN), saying which it misses; or why no head has a strength (too many unknown
+    tokens; too few rows: `probe` names how to score the probe where the line is read). `skip`:
+    heads switched off in the run, never named ("no head still on")."""
+    n, on = hs.rows.get(role), " still on" if skip else ""
+    if role in IDENTITY_ROLES and hs.notice:
+        return f"{hs.notice[0].upper()}{hs.notice[1:]}."
     if n is not None and n < MIN_ROWS:
-        hint = "; the induction probe (--probe) repeats every token" if role in IDENTITY_ROLES else ""
+        hint = f"; {probe} repeats every token" if role in IDENTITY_ROLES else ""
         have = "no query row has" if n == 0 else f"only {n} query {'row has' if n == 1 else 'rows have'}"
         return (f"No head is labelled {TITLES[role]} on {where}: {have} a cell of its "
                 f"detection pattern, and a strength needs at least {MIN_ROWS}{hint}.")
-    l, h, strength = hs.best_strength(role)
-    return (f"No head of this model clears the {TITLES[role]} threshold ({THRESHOLDS[role]:g}, and chance + "
-            f"{CHANCE_MARGIN:g}) on {where}: the strongest is {head_title(l, h)} at strength {strength:.3f} "
-            f"(score {hs.scores[role][l, h]:.3f}, chance {hs.chance[role][l, h]:.3f}).")
+    best = hs.candidate(role, skip)
+    if best is None:
+        return f"No head{on} has any {TITLES[role]} strength on {where}."
+    l, h, strength = best
+    score, chance, bar = float(hs.scores[role][l, h]), float(hs.chance[role][l, h]), THRESHOLDS[role]
+    ok_s, ok_c = strength >= bar, score - chance >= CHANCE_MARGIN  # passes(), head by head
+    s_text, _, s_side = _sides(strength, bar, ok_s)
+    sc_text, need, c_side = _sides(score, chance + CHANCE_MARGIN, ok_c)
+    first = f"strength {s_text}, {s_side} the threshold {bar:g}"
+    second = (f"score {sc_text}, {c_side} its chance score {chance:.{len(need) - 2}f} + "
+              f"{CHANCE_MARGIN:g} = {need}")
+    join = ", and" if ok_s == ok_c else ", but" if ok_s else ", though"
+    return (f"No head {'still on' if skip else 'of this model'} clears the {TITLES[role]} bar on "
+            f"{where}: the strongest{on}, {head_title(l, h)}, has {first}{join} {second}.")
+
+
+def _sides(value, bar, ok, digits=3):
+    """`value` and `bar` at the fewest decimals (`digits` or more) that show `value` on its side of
+    `bar` (`ok`: at or over it), and that side: never 0.500 beside a threshold of 0.5 it misses."""
+    for d in range(digits, 10):
+        v, b = f"{value:.{d}f}", f"{bar:.{d}f}"
+        if (float(v) >= float(b)) == ok:
+            return v, b, "under" if not ok else "at" if float(v) == float(b) else "over"
+    return repr(float(value)), repr(float(bar)), "over" if ok else "under"
 
 
 def unknown_token_ids(model) -> frozenset:

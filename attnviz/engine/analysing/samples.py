@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.errors import InputError
 from attnviz.engine.analysing.find import find, resolve_token
+from attnviz.engine.computing.edits import ReplaceHead
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.registry import DEFAULT_TEXT
 from attnviz.engine.reading.token_text import quoted
@@ -41,6 +42,9 @@ class Sample:
     text: str
     look_for: str  # one line: what the sample shows
     roles: tuple[str, ...] = ()  # head roles tried in order: the first one some head clears wins
+    # roles tried after those, where no head clears them: a head of one is shown as the closest to
+    # what the sample looks for, never as a finding (a duplicate-token head is no induction head)
+    closest: tuple[str, ...] = ()
     find: tuple[str, str] | None = None  # (query token, key token): heads ranked by specificity
 
 
@@ -50,7 +54,7 @@ SAMPLES: tuple[Sample, ...] = (
            find=("are", "keys")),
     Sample("Repeated names", "When Mary and John went to the store, John gave a drink to Mary.",
            "The second 'John' and 'Mary' attend to their first mention (duplicate-token heads).",
-           roles=("duplicate", "induction")),
+           roles=("duplicate",), closest=("induction",)),
     Sample("Pronouns", "The trophy did not fit in the suitcase because it was too big.",
            "'it' attends to 'trophy' in some heads; the weight alone does not prove coreference.",
            find=("it", "trophy")),
@@ -67,7 +71,7 @@ SAMPLES: tuple[Sample, ...] = (
            "thanked Mrs Vashmere Okkadine in Plumbrook.",
            "In the second mention each name piece attends to the piece that followed it the first "
            "time: an induction head copying a pattern seen earlier.",
-           roles=("induction", "duplicate")),
+           roles=("induction",), closest=("duplicate",)),
     Sample("Long paragraph", _LONG,
            "Over a long text some heads keep to the previous token, others park on the first "
            "token (a sink).",
@@ -85,11 +89,13 @@ def sample_for_text(text: str) -> Sample | None:
 
 @dataclass(frozen=True)
 class Guide:
-    """The head a sample points to on one result. `claimed` is False when no head clears the bar;
-    then (layer, head) is the strongest candidate, shown as such, never as a finding."""
+    """The head a sample points to on one result. `claimed` is False when no head clears the bar of
+    a role the sample looks for; then (layer, head) is the closest candidate, shown as such, never
+    as a finding: the strongest head of a `closest` role that clears that role's bar, else the
+    strongest for the first role; or None where no head is one (none has any strength for it)."""
 
-    layer: int
-    head: int
+    layer: int | None
+    head: int | None
     claimed: bool
     message: str
 
@@ -98,26 +104,76 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
     """The head that shows `sample`'s behaviour best in `result` (the sample's own run). `scores`:
     the result's HeadScores when they are already computed (the window's state holds the typed
     text's, scored once per result); else the result is scored here (`unknown_ids`: see
-    heads.unknown_token_ids). A Find sample needs no scores."""
+    heads.unknown_token_ids). A Find sample needs no scores. In a changed run the heads switched
+    off are never named as its head (their patterns are drawn, their outputs removed); those that
+    would have been are said to be off."""
     if result.n_tokens < 2:
         raise InputError("a guide needs at least 2 tokens")
+    off = switched_off(result)
     if sample.find is not None:
-        return _guide_find(sample, result)
+        return _guide_find(sample, result, off)
     if scores is None:
         scores = H.score_result(result, unknown_ids=unknown_ids)
+    gone = ""  # what the heads switched off would have shown
     for role in sample.roles:
-        cleared = scores.cleared(role)
+        cleared, note = _on_and_off(scores, role, off)
+        gone += note
         if cleared:
             l, h, s = cleared[0]
             return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
                          f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
                          f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
-                         + _relabelled(cleared, scores, role))
-    first, rest = sample.roles[0], sample.roles[1:]
-    l, h, _ = scores.best_strength(first)
-    why = f"{scores.notice}. " if scores.notice and first in H.IDENTITY_ROLES else ""
-    nor = f" Nor does any clear the {' or '.join(H.TITLES[r] for r in rest)} threshold." if rest else ""
-    return Guide(l, h, False, why + H.no_head_clears(scores, first, "this sample") + nor)
+                         + _relabelled(cleared, scores, role) + ("." if gone else "") + gone)
+    looked = " or ".join(_head_kind(r) for r in sample.roles)
+    for role in sample.closest:
+        cleared, note = _on_and_off(scores, role, off)
+        gone += note
+        if cleared:
+            l, h, s = cleared[0]
+            return Guide(l, h, False, f"No {looked} head on this sample"
+                         f"{', of the heads still on' if off else ''}; the closest: "
+                         f"{head_title(l, h)}, {_a(_head_kind(role))} head (strength {s:.2f}, score "
+                         f"{scores.scores[role][l, h]:.2f}, chance {scores.chance[role][l, h]:.2f})."
+                         + gone)
+    first = sample.roles[0]
+    # (the roles the unknown-token notice names are not labelled: the notice says so once)
+    rest = [r for r in (*sample.roles[1:], *sample.closest) if not (scores.notice and r in H.IDENTITY_ROLES)]
+    nor = (f" Nor does any{' still on' if off else ''} clear the "
+           f"{' or '.join(H.TITLES[r] for r in rest)} bar.") if rest else ""
+    l, h, _ = scores.candidate(first, off) or (None, None, None)
+    return Guide(l, h, False, H.no_head_clears(scores, first, "this sample", skip=off) + nor + gone)
+
+
+def switched_off(result) -> set:
+    """The heads whose output `result`'s run replaced (zero- or mean-ablated): {(layer, head)}."""
+    edits = getattr(getattr(result, "trace", None), "edits", None) or ()
+    return {(e.layer, e.head) for e in edits if isinstance(e, ReplaceHead)}
+
+
+def _on_and_off(scores, role: str, off: set) -> tuple[list, str]:
+    """The heads that clear `role`'s bar still on, strongest first [(layer, head, strength)], and
+    the note on those switched off."""
+    cleared = scores.cleared(role)
+    return ([c for c in cleared if c[:2] not in off],
+            _off_note([c[:2] for c in cleared if c[:2] in off], f"the {H.TITLES[role]} bar"))
+
+
+def _off_note(heads: list, what: str) -> str:
+    """' Switched off in this run: L18 H6, which clears the induction bar.' for `heads` [(layer,
+    head)] that would be named but are switched off; '' for none."""
+    if not heads:
+        return ""
+    names = [head_title(l, h) for l, h in heads[:3]] + ([f"{len(heads) - 3} more"] if len(heads) > 3 else [])
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f" Switched off in this run: {listed}, which {'clears' if len(heads) == 1 else 'clear'} {what}."
+
+
+def _head_kind(role: str) -> str:  # 'induction', 'duplicate-token': as in "an induction head"
+    return H.TITLES[role].replace(" ", "-")
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
 
 
 def _others(n: int) -> str:
@@ -148,21 +204,27 @@ def _signed(x: float) -> str:
     return "+" + text[1:] if float(text) == 0 else text.replace("-", "\u2212")
 
 
-def _guide_find(sample: Sample, result) -> Guide:
+def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
     frm, to = sample.find
     # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
     q, k = resolve_token(result, frm), resolve_token(result, to)
     hits = find(result, q, k)
+    frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
+    gone = _off_note([(x.layer, x.head) for x in hits if (x.layer, x.head) in off
+                      and x.specificity >= SPECIFICITY_MIN], f"the bar for {frm} \u2192 {to}")
+    hits = [x for x in hits if (x.layer, x.head) not in off]
+    if not hits:
+        return Guide(None, None, False, "Every head is switched off in this run.")
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
-    frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
     msg = (f"{head_title(top.layer, top.head)}: {frm} \u2192 {to} weight {top.weight:.2f}, "
            f"{_signed(top.specificity)} against the other queries' mean {base:.2f}")
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
-        return Guide(top.layer, top.head, True, msg + _others(n))
-    return Guide(top.layer, top.head, False, f"No head singles out {frm} \u2192 {to} here (by "
-                 f"{SPECIFICITY_MIN:g} over the other queries). Closest: " + msg + ".")
+        return Guide(top.layer, top.head, True, msg + _others(n) + ("." if gone else "") + gone)
+    return Guide(top.layer, top.head, False, f"No head{' still on' if off else ''} singles out "
+                 f"{frm} \u2192 {to} here (by {SPECIFICITY_MIN:g} over the other queries). "
+                 f"Closest: " + msg + "." + gone)
 
 
 __all__ = ["SAMPLES", "Sample", "Guide", "guide", "sample_for_text", "SPECIFICITY_MIN"]

@@ -78,7 +78,7 @@ def _heads_vs_one_head(d: Dims, ctx: int, many: int) -> dict[str, Any] | None:
 def _scope(d: Dims) -> str:
     """What one step reads, with this question's numbers."""
     T, L = d.seq_len, d.n_layer
-    read = f"one new token reading {T:,} tokens"
+    read = f"one new token reading {T:,} token" + "s" * (T != 1)
     n_win = len(d.window_layers)
     if d.window and T > d.window:
         read += f" ({n_win} of {L} layers: the last {d.window:,})"

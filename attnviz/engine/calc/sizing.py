@@ -211,6 +211,11 @@ class CalcResult:
     warnings: tuple[str, ...]
     _dims: Dims = field(repr=False, compare=False)
 
+    @property
+    def window_layer_count(self) -> int:
+        """How many layers keep only the last `inputs.sliding_window` tokens (0 without a window)."""
+        return len(self._dims.window_layers)
+
     def kv_series(self, lengths: Iterable[int]) -> dict[str, list[int]]:
         """KV-cache bytes of the batch at each context length, per comparison variant."""
         lengths = [whole("context length", n) for n in lengths]
@@ -342,7 +347,7 @@ def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:
             f"{len(d.window_layers)}·{min(T, d.window)})")
     else:
         formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layer / 8:g} · {T}"
-    formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch}"
+    formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch:,}"
     return formulas
 
 
@@ -387,10 +392,10 @@ def _warnings(inputs: CalcInputs, d: Dims) -> tuple[str, ...]:
         warnings.append("encoder (bidirectional): no KV cache or decode step in normal use; the "
                         "figures are what a decoder of this shape would cache and compute")
     if inputs.max_positions is not None and T > int(inputs.max_positions):
-        warnings.append(f"seq_len {T} is longer than the model's {inputs.max_positions} positions")
+        warnings.append(f"seq_len {T:,} is longer than the model's {inputs.max_positions:,} positions")
     if d.window and T > d.window:
         warnings.append(f"{len(d.window_layers)} of {d.n_layer} layers keep only the last "
-                        f"{d.window} tokens")
+                        f"{d.window:,} tokens")
     return tuple(warnings)
 
 

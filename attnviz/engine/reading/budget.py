@@ -162,17 +162,12 @@ class LayerStore(Sequence):
     so no build refers to its store: a store let go is freed at once, not by the cyclic collector,
     which never walks one frozen with the window's start-up); `sizes[i]` are its float32 bytes.
     Indexing returns the expanded layer; safe across threads (two threads asking for a layer that
-    is not held may both expand it). `settle()`, if given, is called once layers have been read
-    from the file: at the end of read_views and expand_kept (the load), and after each read of a
-    layer or its output alone once they are done (a GGUF store releases the file's pages it read
-    again: reading one tensor may map back its released neighbours)."""
+    is not held may both expand it)."""
 
     def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str,
                  output: Callable | None = None, packed: Callable | None = None,
-                 packed_bytes: int = 0, settle: Callable | None = None):
+                 packed_bytes: int = 0):
         self._build, self.sizes, self.source = build, tuple(int(s) for s in sizes), source
-        self._settle = settle
-        self._reading_all = False  # in read_views or expand_kept: they settle once, at their end
         self._build_output = output  # (i, check) -> (w_o, b_o) read alone, or None: the whole layer
         # (i, check) -> layer i's packed view (module docstring), or None where nothing is packed;
         # None: the store has no packed views
@@ -243,17 +238,13 @@ class LayerStore(Sequence):
             ready.settle()
             ready = None
         self._arena = ready or (_Arena(need) if need >= ARENA_MIN else None)
-        self._reading_all = True
         try:
             for i in todo:
                 self[i]
         finally:
-            self._reading_all = False
             if self._arena is not None:
                 self._arena.settle()
             self._arena = None  # (the packed layers' views keep the buffer)
-        if todo:
-            self._after_read()
 
     def prepare_kept(self) -> None:
         """Make the buffer expand_kept will fill now and fault in its pages on a thread of their
@@ -284,23 +275,14 @@ class LayerStore(Sequence):
         """Build every layer's packed view now (at load: the file's blocks are checked then), their
         packed matrices in the buffer prepare_kept made, if it did."""
         self._views_arena, self._ready_views = self._ready_views, None
-        self._reading_all = True
         try:
-            read = [self._read_view(i)[1] for i in range(len(self))]
+            for i in range(len(self)):
+                self.packed_view(i)
         finally:
-            self._reading_all = False
             if self._views_arena is not None:
                 self._views_arena.settle()
                 self._views_arena.release_rest()
             self._views_arena = None  # (the views keep the buffer)
-        if any(read):
-            self._after_read()
-
-    def _after_read(self) -> None:
-        """Layers were read from the file: settle (the class docstring), unless read_views or
-        expand_kept is reading them all (it settles once, at its end)."""
-        if self._settle is not None and not self._reading_all:
-            self._settle()
 
     def shared(self) -> LayerStore:
         """A store of its own over the same file, holding the same read-only arrays a load holds
@@ -308,7 +290,7 @@ class LayerStore(Sequence):
         them now: a second model of the file built without reading it again. Its budget, room,
         counts and any layer it expands later are its own."""
         other = LayerStore(self._build, self.sizes, self.budget, self.source, self._build_output,
-                           self._build_view, self.packed_bytes, self._settle)
+                           self._build_view, self.packed_bytes)
         other._take_held(self)
         return other
 
@@ -325,24 +307,17 @@ class LayerStore(Sequence):
         """Layer i with its packed matrices in the file's blocks and no float32 copy of them
         (layout.Layer: those fields None, `packed` set), built once and held; None where the
         store has no views or nothing of layer i is packed."""
-        view, read = self._read_view(i)
-        if read:
-            self._after_read()
-        return view
-
-    def _read_view(self, i: int) -> tuple:
-        """packed_view's (view, whether it was read from the file now), not settled."""
         if self._build_view is None:
-            return None, False
+            return None
         if i in self._views:
-            return self._views[i], False
+            return self._views[i]
         _BUILDING.packed = self._views_arena  # qpack's arena_array() takes the packed arrays from it
         try:
             view = self._build_view(i, True)  # (built once: its values are checked then)
         finally:
             _BUILDING.packed = None
         with self._lock:
-            return self._views.setdefault(i, view), True
+            return self._views.setdefault(i, view)
 
     def holds(self, i: int) -> bool:
         """Whether layer i's float32 copy is held now (asking for it then expands nothing)."""
@@ -365,9 +340,7 @@ class LayerStore(Sequence):
             with self._lock:
                 layer = self._passing.get(i)
         if layer is None and self._build_output is not None:
-            out = self._build_output(i, i not in self._checked)
-            self._after_read()
-            return out
+            return self._build_output(i, i not in self._checked)
         layer = layer if layer is not None else self[i]
         return layer.w_o, layer.b_o, layer.post_attn_norm
 
@@ -394,11 +367,10 @@ class LayerStore(Sequence):
         arena = self._arena if i in self._keep else None
         _BUILDING.arena = arena  # the build's float32_array() takes its matrices from it
         try:
-            view = (self._read_view(i)[0],) if self._build_view is not None else ()  # (the build's to expand)
+            view = (self.packed_view(i),) if self._build_view is not None else ()  # (the build's to expand)
             layer = self._build(i, i not in self._checked, *view)  # outside the lock: a run never waits
         finally:
             _BUILDING.arena = None
-        self._after_read()
         if arena is not None:
             layer = arena.pack(layer)  # (what the build already wrote into it stays where it is)
         with self._lock:

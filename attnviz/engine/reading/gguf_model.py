@@ -266,10 +266,11 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     layers = LayerStore(expand, sizes, budget, ts.path.name,
                         output=lambda i, check: _output(plans[i], ts, check, release=packing),
                         packed=(lambda i, check: _view(plans[i], ts, cfg, permuted, check))
-                        if packing else None, packed_bytes=packed, settle=ts.release_again)
+                        if packing else None, packed_bytes=packed)
     if eager:  # a model that fits: every layer read and checked at load (a packed one: its blocks)
         layers.read_views()
         layers.expand_kept()
+        ts.release_again()
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
     # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);
     # no output.weight means it is tied to the token embedding
@@ -486,6 +487,7 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     if eager:  # a model that fits: every layer read and checked at load (load_llama_gguf's eager)
         weights.layers.read_views()
         weights.layers.expand_kept()
+        ts.release_again()
     file_license = metadata(reader, "general.license")
     return ReadModel(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
                      license=license or (file_license if isinstance(file_license, str) else None),

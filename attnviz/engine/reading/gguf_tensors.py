@@ -139,7 +139,7 @@ class GGUFTensors:
     def __init__(self, reader: GGUFReader, path: Path):
         self.path = path
         self._table = tensor_table(reader)
-        self._released: list[tuple[str, tuple[int, ...]]] = []  # release()'s, for release_again
+        self._released: dict[str, tuple[int, ...]] = {}  # release()'s, for release_again (each name once)
 
     def __contains__(self, name: str) -> bool:
         return name in self._table
@@ -166,15 +166,14 @@ class GGUFTensors:
     def release(self, name: str, shape: tuple[int, ...]) -> None:
         """Let go of the file's pages tensor `name` covers (release_pages), once it has been read
         into what is kept (a packed or expanded matrix)."""
-        self._released.append((name, shape))
+        self._released[name] = shape  # (a W_O read again by each run is one entry, not one a run)
         release_pages(np.asarray(self.stored(name, shape).data))
 
     def release_again(self) -> None:
-        """Release every tensor released so far once more, after the load has read them all and
-        after each layer read later (budget.LayerStore's settle): the kernel may map a file's pages
-        a large folio per fault, so reading one tensor maps back the released pages of its
-        neighbours."""
-        for name, shape in self._released:
+        """Release every tensor released so far once more, after the load has read them all: the
+        kernel may map a file's pages a large folio per fault, so reading one tensor maps back the
+        released pages of its neighbours."""
+        for name, shape in list(self._released.items()):
             release_pages(np.asarray(self.stored(name, shape).data))
 
     def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:

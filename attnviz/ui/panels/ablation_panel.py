@@ -25,6 +25,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
 from attnviz.figures.numbers import plain_signed
+from attnviz.ui.views.fields import menu_text, plain_label, rich_label
 
 RANKED_ROWS = 20
 
@@ -35,7 +36,7 @@ class AblationBar(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.label = QLabel()
+        self.label = rich_label(QLabel())
         self.label.setWordWrap(True)
         self.restore_button = QPushButton("Restore clean run")
         self.restore_button.clicked.connect(state.effects.restore_clean)
@@ -97,7 +98,7 @@ class AblationPanel(QWidget):
         eff = self.effects = state.effects
         col = QVBoxLayout(self)
         col.setContentsMargins(2, 2, 2, 2)
-        switched = QLabel("Switched off (Alt+click a head in the grid or DLA, or its context menu):")
+        switched = plain_label(QLabel("Switched off (Alt+click a head in the grid or DLA, or its context menu):"))
         switched.setWordWrap(True)  # (the dock's first-start width is narrower than the line)
         col.addWidget(switched)
         self.head_list = QListWidget()
@@ -119,7 +120,7 @@ class AblationPanel(QWidget):
         g.addWidget(self.head_edit, 0, 0)
         g.addWidget(add, 0, 1)
         g.addWidget(self.remove_button, 0, 2)
-        g.addWidget(QLabel("Ablation:"), 1, 0)
+        g.addWidget(plain_label(QLabel("Ablation:")), 1, 0)
         g.addWidget(self.mode_combo, 1, 1, 1, 2)
         self.knock_edit = QLineEdit()
         self.knock_edit.setPlaceholderText("knock out Q-K in layers A-B, e.g. 44-33 in 0-29")
@@ -129,7 +130,7 @@ class AblationPanel(QWidget):
         g.addWidget(self.knock_edit, 2, 0, 1, 2)
         g.addWidget(knock, 2, 2)
         col.addLayout(g)
-        self.message = QLabel()
+        self.message = plain_label(QLabel())  # (it quotes what was typed)
         self.message.setStyleSheet(f"color: {WARNING}")
         self.message.setWordWrap(True)
         col.addWidget(self.message)
@@ -154,7 +155,7 @@ class AblationPanel(QWidget):
         col.addLayout(row)
         self.progress = QProgressBar()
         col.addWidget(self.progress)
-        self.scan_label = QLabel()
+        self.scan_label = rich_label(QLabel())
         self.scan_label.setWordWrap(True)
         col.addWidget(self.scan_label)
         self.scan_view = HeadMapView(state, "No scan yet.")
@@ -266,7 +267,7 @@ class AblationPanel(QWidget):
             self.progress.setRange(0, 0)  # busy until the first head is counted
         scan = eff.scan
         if scan is None:
-            self.scan_label.setText(eff.scan_note)
+            self.scan_label.setText(html.escape(eff.scan_note))
             self.scan_view.set_map(None)
             self.ranked.setRowCount(0)
             if not eff.scan_running:
@@ -319,7 +320,7 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
                               else "") + ")").triggered.connect(off)
     r = state.result
     if r is not None and k <= q < r.n_tokens:
-        edge = f"{q} {quoted(r.labels[q])} → {k} {quoted(r.labels[k])}"
+        edge = menu_text(f"{q} {quoted(r.labels[q])} → {k} {quoted(r.labels[k])}")  # (a token '&')
         menu.addAction(f"Knock out {edge} in layer {layer}").triggered.connect(
             lambda: eff.toggle_knockout([layer], q, k))
         menu.addAction(f"Knock out {edge} in every layer").triggered.connect(

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QCheckBox, QLabel, QScrollArea, QToolTip, QVBoxLay
 
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures import anatomy as fig
+from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class AnatomyCanvas(QWidget):
         super().__init__(panel)
         self.panel = panel
         self.setMouseTracking(True)
+        # the figure is laid out no narrower than this: a narrower dock scrolls it sideways
+        self.setMinimumWidth(fig.MIN_WIDTH)
         self.view: fig.AnatomyView | None = None
         self.lay: fig.AnatomyLayout | None = None
         self.hover_text = ""
@@ -120,9 +123,9 @@ class AnatomyCanvas(QWidget):
         text = self.text_at(pos.x(), pos.y()) or ""
         if text != self.hover_text:
             self.hover_text = text
-            self.setToolTip(text)
+            self.setToolTip(plain_tip(text))  # (it quotes token labels)
             if text:
-                QToolTip.showText(ev.globalPosition().toPoint(), text, self)
+                QToolTip.showText(ev.globalPosition().toPoint(), plain_tip(text), self)
                 self.panel.state.show_status(text)
 
     def mousePressEvent(self, ev) -> None:
@@ -133,7 +136,7 @@ class AnatomyCanvas(QWidget):
 
     def event(self, ev) -> bool:
         if ev.type() == QEvent.Type.ToolTip and self.hover_text:
-            QToolTip.showText(ev.globalPos(), self.hover_text, self)
+            QToolTip.showText(ev.globalPos(), plain_tip(self.hover_text), self)
             return True
         return super().event(ev)
 
@@ -151,15 +154,14 @@ class AnatomyPanel(QWidget):
         self._timer.timeout.connect(self.refresh)
         self.last_draw_s = 0.0  # the last rebuild + repaint (wall clock), for the benchmark
         self.last_draw_cpu_s = 0.0  # the same in this thread's CPU time (less what others took)
-        self.status = QLabel()
+        self.status = plain_label(QLabel())
         self.status.setWordWrap(True)
         self.status.setStyleSheet("color: #555555;")
         self.value_check = QCheckBox("Value-weighted heatmaps (grid and focus view)")
         self.value_check.setToolTip("Scale each weight by the norm of what its key sends through "
                                     "the head, rows renormalised; see the definition below")
-        self.definition = QLabel(VALUE_WEIGHTED_DEFINITION)
+        self.definition = rich_label(QLabel(VALUE_WEIGHTED_DEFINITION))
         self.definition.setWordWrap(True)
-        self.definition.setTextFormat(Qt.TextFormat.RichText)
         self.definition.setStyleSheet("color: #444444;")
         self.canvas = AnatomyCanvas(self)
         # the figure, then the value-weighting option and its definition, in one scrolled column
@@ -173,7 +175,7 @@ class AnatomyPanel(QWidget):
         self.scroll = QScrollArea()
         self.scroll.setWidgetResizable(True)
         self.scroll.setWidget(content)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.status)

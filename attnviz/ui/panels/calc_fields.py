@@ -9,7 +9,8 @@ from PySide6.QtWidgets import QComboBox, QSpinBox
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs
 from attnviz.engine.reading.hf_config import default_d_head
-from attnviz.ui.panels.calc_views import mla_fields, typeset
+from attnviz.ui.panels.calc_notes import typeset
+from attnviz.ui.panels.calc_views import mla_fields
 
 LOADED, CUSTOM = "__loaded__", "__custom__"
 DEFAULT_PRESET = "llama-2-7b"  # the lesson's 4096 / 32 heads

@@ -7,6 +7,7 @@ ui/panels/calc_fields.py), recomputes, and hands each result to the views in ui/
 
 from __future__ import annotations
 
+import html
 from dataclasses import replace
 
 from PySide6.QtCore import QPoint, QRect, Signal
@@ -19,10 +20,10 @@ from attnviz.ui.panels.calc_fields import (
     CUSTOM, DEFAULT_PRESET, FIELDS, LOADED, RUN_FIELDS, dtype_combo, field_spin, field_values, preset_combo,
     set_item_enabled,
 )
+from attnviz.ui.panels.calc_notes import as_sentence, dropped_text, kept_text, typeset
 from attnviz.ui.panels.calc_views import (
-    MLA_SET, CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, footnote_label,
-    heading, kept_text, kv_text, live_text, mla_fields, note_label, params_text, rich_label, sentence_text, typeset,
-    summary_text, tokens,
+    MLA_SET, CompareTable, KVPlot, ShapesTable, error_label, flops_text, footnote_label, heading, kv_text, live_text,
+    mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
 
@@ -56,6 +57,7 @@ class CalcPanel(QWidget):
         self._base: CalcInputs = self.presets[DEFAULT_PRESET].inputs
         self._loaded: CalcInputs | None = None
         self._loaded_name, self._counted_by = "", ""  # (the model whose tokenizer counted sentence_len)
+        self._live, self._live_of = "", ""  # the live KV cache line (rich text) and whose cache it is
         self._base_key = DEFAULT_PRESET  # the preset (or LOADED) the fields were last filled from
         self._saved: dict | None = None  # saved fields shown again once the first model has come
         self._build()
@@ -104,10 +106,10 @@ class CalcPanel(QWidget):
         if run is not None and result is run.result and self.state.model is not None:
             # a long text runs apart from the model's KV cache (its cache_bytes are the model's own,
             # an earlier text's): say so rather than pair its T with those bytes
-            self.live_label.setText(f"live KV cache: the long text's {tokens(len(result.tokens))} "
-                                    "keep their own K and V, with their patterns (the model's "
-                                    "cache is not used)")
-            self.live_label.setVisible(True)
+            self._live_of = self.state.model.name
+            self._live = (f"live KV cache: the long text's {tokens(len(result.tokens))} keep their own "
+                          "K and V, with their patterns (the model's cache is not used)")
+            self._show_live()
             return
         self.set_live_cache(result, self.state.model)
 
@@ -142,9 +144,18 @@ class CalcPanel(QWidget):
     def set_live_cache(self, result, model) -> None:
         """The engine's own KV cache after `result`: its bytes as the arrays hold them, the
         calculator's factors beside them, and what this edit reused."""
-        text = live_text(result, model)
-        self.live_label.setText(text)
-        self.live_label.setVisible(bool(text))
+        self._live = live_text(result, model)
+        if model is not None:
+            self._live_of = model.name
+        self._show_live()
+
+    def _show_live(self) -> None:
+        """The live line, led by the loaded model's name while the figures above are another
+        layout's (a preset, or Custom numbers): the engine's cache is the loaded model's own."""
+        other = self.preset_combo.currentData() != LOADED and self._live
+        lead = f"<b>{html.escape(self._live_of)}</b> (the loaded model, not the layout above): " if other else ""
+        self.live_label.setText(lead + self._live)
+        self.live_label.setVisible(bool(self._live))
 
     def fields(self) -> dict:
         """What the user set, as the settings keep it (FIELD_TYPES): the preset chosen ("__loaded__"
@@ -434,6 +445,7 @@ class CalcPanel(QWidget):
         self.notes_label.setText("\n".join(as_sentence(n) for n in notes))
         self.plot.show_result(r, self.sentence_len)
         self._show_sentence()
+        self._show_live()
 
     def _show_sentence(self) -> None:
         of = self._loaded_name if self._base_key == LOADED else ""  # the model whose layout is shown

@@ -1,6 +1,6 @@
 """The calculator's result views, each given a `CalcResult`: the shapes table, the MHA / as given / MQA
 table, the KV-cache-vs-context plot, and the text lines (summary, parameters, KV cache, FLOPs, this
-sentence's cache, and the engine's live cache after a run).
+sentence's cache, and the engine's live cache after a run); its notes are typeset in calc_notes.py.
 
 They only show numbers `attnviz.engine.calc` computed; CalcPanel (ui/panels/calc_panel.py) owns the inputs and
 decides when to show a result."""
@@ -8,27 +8,25 @@ decides when to show a result."""
 from __future__ import annotations
 
 import html
-import re
-from dataclasses import fields
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView, QGraphicsItem, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
 )
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
-    kv_cache_needed, shown_variants, window_layers_text,
+    kv_cache_needed, shown_variants,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
-from attnviz.engine.calc.inputs import Arch, CalcInputs, resolve
+from attnviz.engine.calc.inputs import CalcInputs, resolve
 from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
+DISABLED = "#808080"  # the plot's curves and legend while the inputs are invalid
 PLOT_POINTS = 200
-NOTE_LAYERS = 6  # a note lists a sliding window's layers up to this many, counts a longer list
 MLA_SET = ("n_kv_head", "d_head")  # the fields MLA sets from the model's ranks, greyed
 
 
@@ -89,15 +87,41 @@ class ShapesTable(ResultTable):
                         "writes them (the Anatomy tab draws them [in, out], as x @ W multiplies "
                         "them); activations are [T, width]. T = seq_len.")
 
+        self._rows: list[tuple[str, str, str]] = []
+        self._tips: list[str] = []
+
     def show_result(self, r: CalcResult) -> None:
         f = r.formulas
         rows = [(name, shape, f.get(name, "")) for name, shape in r.shapes.items()]
         rows += [(name, r.activation_shapes[name], f.get(name, ""))
                  for name in ("head_output", "concat", "scores")]
-        self.fill([
-            # no thousands commas inside a shape: "[4,096, 4,096]" reads as four numbers
-            (name, "[" + ", ".join(str(n) for n in shape) + "]", formula.split(" = ")[0])
-            for name, shape, formula in rows], tooltips=[f"{name}: {formula}" for name, _, formula in rows])
+        # no thousands commas inside a shape: "[4,096, 4,096]" reads as four numbers
+        self._rows = [(name, "[" + ", ".join(str(n) for n in shape) + "]", formula.split(" = ")[0])
+                      for name, shape, formula in rows]
+        self._tips = [f"{name}: {formula}" for name, _, formula in rows]
+        self._fill()
+
+    def _stacked(self) -> bool:
+        """Whether a formula's longest word is wider than the room its column would have (a narrow
+        dock): then each formula goes under its shape, in the wider column, rather than cut."""
+        fm, pad = self.fontMetrics(), 2 * (self.style().pixelMetric(self.style().PixelMetric.PM_FocusFrameHMargin) + 1)
+        width = [max(fm.horizontalAdvance(row[c]) + pad for row in self._rows) for c in (0, 1)]
+        longest = max(fm.horizontalAdvance(w) for row in self._rows for w in row[2].split())
+        return self.viewport().width() - sum(width) < longest + pad
+
+    def _fill(self) -> None:
+        stacked = self._stacked()
+        self.setColumnHidden(2, stacked)
+        self.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch if stacked else
+                                                     QHeaderView.ResizeMode.ResizeToContents)
+        self.horizontalHeaderItem(1).setText("shape, formula" if stacked else "shape")
+        self.fill([(n, f"{shape}\n{formula}", "") if stacked else (n, shape, formula) for n, shape, formula in self._rows],
+                  tooltips=self._tips)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if self._rows and self._stacked() != self.isColumnHidden(2):
+            self._fill()
 
 
 class CompareTable(ResultTable):
@@ -107,20 +131,34 @@ class CompareTable(ResultTable):
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
     def __init__(self) -> None:
-        super().__init__(["", "KV heads", "per token", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
+        # (headers broken onto lines: their one-line widths cut the last column at a 300-px dock)
+        super().__init__(["", "KV\nheads", "per\ntoken", "at seq_len\n× batch", "reduction\nvs MHA"], stretch=0)
         self.setToolTip("The same model with one K/V head per query head (MHA), as "
                         "given, and with a single shared K/V head (MQA).")
+        self._keys: list[str] = []  # the shown variants, row by row
 
     def show_result(self, r: CalcResult) -> None:
         # the cache column is the whole batch's, as the KV cache line says
-        self.horizontalHeaderItem(3).setText(f"at {r.inputs.seq_len:,} tokens\n× batch {r.inputs.batch}")
-        keys = shown_variants(r)
-        variants = [r.compare[key] for key in keys]
+        T = r.inputs.seq_len
+        self.horizontalHeaderItem(3).setText(f"at {T:,}\n{'token' if T == 1 else 'tokens'}\n× batch {r.inputs.batch:,}")
+        self._keys = shown_variants(r)
+        variants = [r.compare[key] for key in self._keys]
         # a row's name is the plot's and the command line's label less the KV heads its next column
         # counts; its tooltip is the whole label
         self.fill([(v.name, *compare_cells(v)) for v in variants], tooltips=[v.label for v in variants])
-        for row, key in enumerate(keys):
-            self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
+        self._colour_names()
+
+    def _colour_names(self) -> None:
+        """Each row's name in its curve's colour; grey while disabled (the inputs invalid), as the
+        rest of the table is (an item's own colour would stay)."""
+        for row, key in enumerate(self._keys):
+            on = self.isEnabled()
+            self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key] if on else DISABLED).darker(130 if on else 100))
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.EnabledChange:
+            self._colour_names()
 
 
 # -- plot ------------------------------------------------------------------------------------------
@@ -158,6 +196,17 @@ class KVPlot(pg.PlotWidget):
         self.addItem(self.max_marker, ignoreBounds=True)
         self.x_max = 0  # the plotted context range, tokens
 
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """Disabled (the panel's inputs invalid), the last good curves and their legend stay in
+        grey, as the text figures do; enabled, in their colours again."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.EnabledChange:
+            on = self.isEnabled()
+            for key, curve in self.curves.items():
+                curve.setPen(pg.mkPen(CURVE_COLORS[key] if on else DISABLED, width=2))
+            for _, label in self.getPlotItem().legend.items:
+                label.setText(label.text, color=TEXT if on else DISABLED)
+
     @staticmethod
     def _plot_range(r: CalcResult, sentence_len: int | None) -> int:
         i = r.inputs
@@ -182,8 +231,8 @@ class KVPlot(pg.PlotWidget):
                 legend.addItem(self.curves[key], r.compare[key].label)
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
-            label.setText(r.compare[key].label, color=TEXT)
-        self.setLabel("left", f"KV cache of batch {r.inputs.batch} ({name})")
+            label.setText(r.compare[key].label, color=TEXT if self.isEnabled() else DISABLED)
+        self.setLabel("left", f"KV cache of batch {r.inputs.batch:,} ({name})")
         self.setXRange(0, x_max, padding=0.02)
         self.setYRange(0, top / scale, padding=0.05)
         if r.inputs.max_positions:
@@ -206,7 +255,8 @@ class KVPlot(pg.PlotWidget):
         self.sentence_marker.setValue(T)
         name = counted_by if len(counted_by) <= MARKER_NAME else counted_by[:MARKER_NAME - 1] + "\u2026"
         whose = f" ({name}'s tokenizer)" if counted_by and counted_by != layout_of else ""
-        self.sentence_marker.label.setFormat(f"sentence: {T:,}{whose}")
+        # (setFormat runs str.format on its text: a name's braces doubled, shown as typed)
+        self.sentence_marker.label.setFormat(f"sentence: {T:,}{whose}".replace("{", "{{").replace("}", "}}"))
 
 
 MARKER_NAME = 24  # characters of a model's name the plot's sentence marker shows (the plot is narrow)
@@ -264,14 +314,23 @@ def params_text(r: CalcResult) -> str:
 
 
 def kv_text(r: CalcResult) -> str:
-    """The KV cache per token per layer, per token, and at seq_len × batch (rich text)."""
+    """The KV cache per token per layer, per token, and at seq_len × batch (rich text); past a
+    sliding window, the total as the full and the window layers make it, so that it multiplies out."""
     i, f = r.inputs, r.formulas
-    return "<br>".join([
-        f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
-        f"{html.escape(f['kv_bytes_per_token_per_layer'])}",
-        f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>",
-        f"{i.seq_len:,} tokens × batch {i.batch}: <b>{exact_bytes(r.kv_bytes_total)}</b>",
-    ])
+    T, w, n_win = i.seq_len, i.sliding_window, r.window_layer_count
+    per = f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>"
+    total = f"{tokens(T)} × batch {i.batch:,}: <b>{exact_bytes(r.kv_bytes_total)}</b>"
+    if w and n_win and T > w:
+        layer, n_full = r.kv_bytes_per_token_per_layer, i.n_layer - n_win
+        parts = [f"{layer * n_win:,} bytes × {w:,}"]
+        if n_full:
+            per += f" = {layer * n_full:,} bytes on the {n_full} full layers + {layer * n_win:,} on the {n_win} window layers"
+            parts.insert(0, f"{layer * n_full:,} bytes × {T:,}")
+        sum_ = " + ".join(parts)
+        total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + (
+            f" ({'the window' if n_full else 'all'} layers keep their last {w:,} tokens)")
+    return "<br>".join([f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
+                        f"{html.escape(f['kv_bytes_per_token_per_layer'])}", per, total])
 
 
 def flops_text(r: CalcResult) -> str:
@@ -297,7 +356,7 @@ def sentence_text(r: CalcResult | None, T: int | None, counted_by: str = "", lay
     if T == 0:
         return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
-    batch = f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""
+    batch = f" (batch {r.inputs.batch:,})" if r.inputs.batch > 1 else ""
     whose = f" ({html.escape(counted_by)}'s tokenizer)" if counted_by and counted_by != layout_of else ""
     if not r.inputs.arch.causal:  # an encoder reads every token at once: what a decoder would keep
         return (f"this sentence: <b>{tokens(T)}</b>{whose}; an encoder keeps no KV cache (a decoder of "
@@ -367,45 +426,6 @@ def _arrays_text(held: int, allocated: int) -> str:
 
 # -- messages --------------------------------------------------------------------------------------
 
-def typeset(note: str) -> str:
-    """A preset's note or source as the window writes it: its ASCII arrow and "!=" as "→" and "≠",
-    and a spaced hyphen as a minus "−" in a formula, else an en dash (presets.json keeps them as the
-    reference configs quote them). See _dash for which is which."""
-    note = note.replace("->", "\u2192").replace("!=", "\u2260")
-    clauses = note.split(";")
-    return ";".join(_SPACED_HYPHEN.sub(lambda m: _dash(m, clause), clause) for clause in clauses)
-
-
-_SPACED_HYPHEN = re.compile(r"(\S+) - (?=(\S+))")
-_NUMBER = re.compile(r"\d+(\.\d+)?")
-_NAME = re.compile(r"[A-Za-z]|[A-Za-z]\w*(_|\d)\w*")  # a letter, or a name like d_model, x1
-
-
-def _dash(m: re.Match, clause: str) -> str:
-    """A spaced hyphen between two operands (numbers, or names like "d" and "d_model") is a minus
-    where one of them is a name ("d - 1") or the clause is a formula ("4 * 256 - 1 = 1023"); else
-    it is an en dash: between words ("shorter - not verified", "128 - meaningless") or a range
-    ("5 - 10")."""
-    left, right = m.group(1), m.group(2)
-    a, b = (t.strip("()[],.:") for t in (left, right))
-    operands = all(_NUMBER.fullmatch(t) or _NAME.fullmatch(t) for t in (a, b))
-    formula = any(op in clause for op in "=*/+\u00d7\u2260")
-    minus = operands and (formula or _NAME.fullmatch(a) or _NAME.fullmatch(b))
-    return left + (" \u2212 " if minus else " \u2013 ")
-
-
-def as_sentence(note: str) -> str:
-    """A footer note as a sentence of its own: a capital first letter and a full stop, unless it
-    starts with a config key or a formula ("n_inner=null → 4*n_embd": a name keeps its case)."""
-    note = note.strip()
-    if not note:
-        return note
-    first = note.split(maxsplit=1)[0]
-    if not any(c in first for c in "_=*()[]"):
-        note = note[0].upper() + note[1:]
-    return note if note.endswith((".", "!", "?")) else note + "."
-
-
 def rich_label() -> QLabel:
     """A wrapping label of the panel's results, in rich text."""
     label = QLabel()
@@ -417,6 +437,7 @@ def rich_label() -> QLabel:
 def error_label() -> QLabel:
     """A wrapping label in the error colour under a field, hidden until a message."""
     label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)
     label.setWordWrap(True)
     label.setStyleSheet(f"color: {ERROR};")
     label.hide()
@@ -442,38 +463,9 @@ def footnote_label() -> QLabel:
     return label
 
 
-def kept_text(base: str, inp: CalcInputs) -> str:
-    """The inputs Custom numbers keep from the model they started from, which have no field here."""
-    kept = [f"{name} {value:,}" for name, value in (("d_ff", inp.d_ff), ("vocab", inp.vocab_size),
-                                                     ("max positions", inp.max_positions)) if value]
-    if inp.sliding_window:
-        on = window_layers_text(inp.sliding_window_layers, most=NOTE_LAYERS)
-        kept.append(f"sliding window {inp.sliding_window:,} on {on}")
-    if inp.mla is not None:
-        m = inp.mla
-        kept.append("MLA " + ", ".join(f"{f.name} {getattr(m, f.name):,}" for f in fields(m)
-                                       if getattr(m, f.name) is not None))
-    arch = [_arch_field(f.name, value) for f in fields(Arch)
-            if (value := getattr(inp.arch, f.name)) != getattr(Arch(), f.name)]
-    kept.append("architecture: " + (f"a Llama-style decoder's except {', '.join(arch)}" if arch else
-                                    "a Llama-style decoder's (gated MLP, RMSNorm, untied output head)"))
-    return f"Kept from {base}, with no field here: {'; '.join(kept)}."
-
-
-def _arch_field(name: str, value) -> str:
-    if isinstance(value, bool):
-        return name if value else f"no {name}"
-    return f"{name} {value:,}" if isinstance(value, int) else f"{name} {value}"
-
-
-def dropped_text(made_on: str, shown: str) -> str:
-    """The note for remembered Custom figures not shown: made on `made_on`, shown on `shown`."""
-    return (f"The Custom figures you left were for {made_on}; showing {shown}, with your context, "
-            "batch and KV dtype (the same fields on another model give other totals).")
-
-
 def heading(text: str) -> QLabel:
     """A bold section heading of the results."""
     label = QLabel(f"<b>{html.escape(text)}</b>")
+    label.setTextFormat(Qt.TextFormat.RichText)
     label.setContentsMargins(0, 4, 0, 0)
     return label

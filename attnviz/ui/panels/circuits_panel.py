@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.figures import circuits as fig
 from attnviz.ui.panels.dla_view import HeadMapView
+from attnviz.ui.views.fields import plain_label
 
 
 class CircuitsPanel(QWidget):
@@ -21,7 +22,7 @@ class CircuitsPanel(QWidget):
         super().__init__(parent)
         self.state, self.jobs = state, jobs
         self.shown = False
-        self.note = QLabel()
+        self.note = plain_label(QLabel())
         self.note.setObjectName("circuits_note")
         self.note.setWordWrap(True)
         self.progress = QProgressBar()
@@ -30,10 +31,10 @@ class CircuitsPanel(QWidget):
         self.map_view = HeadMapView(state, "The copying map appears here once the scores are computed.")
         self.map_view.setToolTip("OV copying score of each head (1: it copies the token it attends "
                                  "to). Hover: the number; click: focus the head")
-        self.partners = QLabel()
+        self.partners = plain_label(QLabel())  # (its lines and the OV line quote token labels)
         self.partners.setWordWrap(True)
         self.partners.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.ov = QLabel()
+        self.ov = plain_label(QLabel())
         self.ov.setWordWrap(True)
         self.ov.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.export_button = QPushButton("Export\u2026")

@@ -7,6 +7,7 @@ import shiboken6
 from PySide6.QtWidgets import QFileDialog, QMenu
 
 from attnviz.ui.machinery.compare_jobs import BSource
+from attnviz.ui.views.fields import menu_text
 
 QUANT_TYPES = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "F16", "BF16")
 
@@ -29,7 +30,7 @@ class CompareMenu(QMenu):
             return
         self.addAction("A model file (GGUF)\u2026").triggered.connect(self._pick_file)
         self.addAction("A model folder\u2026").triggered.connect(self._pick_folder)
-        quant = self.addMenu(f"{a.name} quantized to")
+        quant = self.addMenu(menu_text(f"{a.name} quantized to"))
         for t in QUANT_TYPES:
             quant.addAction(t).triggered.connect(lambda _=False, t=t: open_compare(w, BSource("quantized", t)))
         ckpts = st.checkpoints
@@ -42,7 +43,7 @@ class CompareMenu(QMenu):
         if infos:
             self.addSeparator()
             for info in infos:  # by name, as the Models menu opens it: B is named as A's title names A
-                self.addAction(info.name).triggered.connect(
+                self.addAction(menu_text(info.name)).triggered.connect(
                     lambda _=False, s=info.name or str(info.path): open_compare(w, BSource("model", s)))
         self.addSeparator()
         stop = self.addAction("Stop comparing")

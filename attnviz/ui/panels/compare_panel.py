@@ -39,7 +39,7 @@ from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.ui.panels import compare_export
-from attnviz.ui.views.fields import plain_tip
+from attnviz.ui.views.fields import plain_label, plain_tip
 from attnviz.ui.views.wrap_row import WrapRow
 from attnviz.figures.numbers import signed
 
@@ -125,9 +125,9 @@ class ComparePanel(QWidget):
     def __init__(self, state, jobs, parent=None):
         super().__init__(parent)
         self.state, self.jobs = state, jobs
-        self.title = QLabel("Compare: pick model B in Models \u25b8 Compare with\u2026")
+        self.title = plain_label(QLabel("Compare: pick model B in Models \u25b8 Compare with\u2026"))  # (model names)
         self.title.setWordWrap(True)
-        self.note = QLabel()
+        self.note = plain_label(QLabel())
         self.note.setWordWrap(True)
         self.stop_button = QPushButton("Stop comparing")
         self.stop_button.setToolTip("Leave Compare: model B is freed")
@@ -152,10 +152,10 @@ class ComparePanel(QWidget):
         self.focus = Canvas(self._paint_focus, 140, fit=self._focus_fit)
         self.strip = Canvas(self._paint_strip, 60, fit=self._strip_fit)
         self.strip.hover = self._strip_readout
-        self.summary = QLabel()
+        self.summary = plain_label(QLabel())
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.induction = QLabel()
+        self.induction = plain_label(QLabel())
         self.induction.setWordWrap(True)
         col = QVBoxLayout(self)
         for w in (self.title, self.note):

@@ -33,6 +33,7 @@ from attnviz.figures.style import WARNING
 from attnviz.ui.panels.corpus_scan import ScanView, example_html, stat_value
 from attnviz.ui.panels.corpus_views import ScanMap, ScanScatter
 from attnviz.ui.views.least_height import LeastHeightScroll
+from attnviz.ui.views.fields import menu_text, plain_label, rich_label
 
 
 class CorpusPanel(QWidget):
@@ -68,11 +69,11 @@ class CorpusPanel(QWidget):
         top.addWidget(self.stat_box)
         top.addStretch(1)
         lay.addLayout(top)
-        self.status = QLabel("No scan open: File → Open scan…, or attnviz scan --help")
+        self.status = plain_label(QLabel("No scan open: File → Open scan…, or attnviz scan --help"))  # (a path)
         self.status.setWordWrap(True)
         lay.addWidget(self.status)
         other = QHBoxLayout()
-        self.model_note = QLabel("")
+        self.model_note = plain_label(QLabel(""))  # (model names)
         self.model_note.setWordWrap(True)
         self.model_note.setStyleSheet(f"color: {WARNING}")
         self.load_button = QPushButton("Load it")
@@ -91,7 +92,7 @@ class CorpusPanel(QWidget):
 
         split.addWidget(self._build_scatter())
 
-        self.examples_title = QLabel("Click a head for its top examples.")
+        self.examples_title = plain_label(QLabel("Click a head for its top examples."))
         self.examples_title.setWordWrap(True)  # (unwrapped, a head's line widened the window past 1024 px)
         self.examples = QListWidget()
         self.examples.setWordWrap(True)
@@ -216,7 +217,7 @@ class CorpusPanel(QWidget):
             self.model_note.setText(f"This scan was made with {s.model_name}; the window shows "
                                     f"{m.name}. Its examples open in the live view once "
                                     f"{s.model_name} is loaded.")
-        self.load_button.setText(f"Load {s.model_name}")
+        self.load_button.setText(menu_text(f"Load {s.model_name}"))
         self.model_note.show()
         self.load_button.show()
         if self.head is not None:
@@ -234,7 +235,7 @@ class CorpusPanel(QWidget):
             if model is self.state.model and self.scan is not None:
                 self.model_note.setText(f"Cannot read the files of {model.name} to compare them "
                                         f"with the scan's model: {describe_error(error)}")
-                self.load_button.setText(f"Load {self.scan.model_name}")
+                self.load_button.setText(menu_text(f"Load {self.scan.model_name}"))
                 self.load_button.show()
             return
         self._model_hash = (model, sha)
@@ -318,8 +319,7 @@ class CorpusPanel(QWidget):
         for e in found:
             item = QListWidgetItem()
             item.setData(Qt.ItemDataRole.UserRole, e)
-            label = QLabel(example_html(e, self._offsets(e.text)))
-            label.setTextFormat(Qt.TextFormat.RichText)
+            label = rich_label(QLabel(example_html(e, self._offsets(e.text))))
             label.setWordWrap(True)
             label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
             item.setSizeHint(label.sizeHint())
@@ -386,7 +386,7 @@ class CorpusPanel(QWidget):
 
 
 def _note_label() -> QLabel:  # a line by a plot in the warning colour, hidden until it has a say
-    label = QLabel("")
+    label = plain_label(QLabel(""))
     label.setWordWrap(True)
     label.setStyleSheet(f"color: {WARNING}")
     label.hide()

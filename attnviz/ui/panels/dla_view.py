@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 from attnviz.figures import headmap as fig
 from attnviz.figures.effects import DLA_NOTES
 from attnviz.figures.numbers import signed
+from attnviz.ui.views.fields import plain_tip
 
 PAPER = QColor(Qt.GlobalColor.white)  # the maps are drawn as on paper, like the exports
 
@@ -80,7 +81,7 @@ class HeadMapView(QWidget):
             text = fig.whole_title(self.map, self._layout())  # (the picture may end them in "…")
         if text != self.hover_text:
             self.hover_text = text
-            self.setToolTip(text)
+            self.setToolTip(plain_tip(text))  # (it quotes the target token)
             if text:
                 self.state.show_status(text)
 

@@ -33,7 +33,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.long_picture import colour_table
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
-from attnviz.ui.views.fields import plain_label
+from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
 from attnviz.ui.views.long_panes import indexed_image
 
 MAX_NEW = 256
@@ -95,7 +95,7 @@ class RowsView(QWidget):
         k = j + self.first
         label = self.labels[k] if k < len(self.labels) else str(k)
         self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, j]):.4g}"
-        self.setToolTip(self.hover_text)
+        self.setToolTip(plain_tip(self.hover_text))  # (it quotes a token label)
 
 
 # the top-10's cells: a gap before each number column, so the widest token never runs into its
@@ -162,19 +162,18 @@ class GeneratePanel(QWidget):
         buttons = QHBoxLayout()
         buttons.addWidget(self.generate_button)
         buttons.addWidget(self.stop_button)
-        self.status = QLabel()
+        self.status = plain_label(QLabel())
         self.status.setWordWrap(True)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setEnabled(False)
         self.step_label = plain_label(QLabel())  # (it quotes the step's token)
         self.step_label.setWordWrap(True)
-        self.kv_label = QLabel()
+        self.kv_label = plain_label(QLabel())
         self.kv_label.setWordWrap(True)
-        self.rows_caption = QLabel()
+        self.rows_caption = plain_label(QLabel())
         self.rows_caption.setWordWrap(True)
         self.rows_view = RowsView(state)
-        self.top_label = QLabel()
-        self.top_label.setTextFormat(Qt.TextFormat.RichText)
+        self.top_label = rich_label(QLabel())
         self.top_label.setWordWrap(True)  # (its title would widen the dock past the screen)
         self.plot = pg.PlotWidget(background=BACKGROUND)
         self.plot.setMinimumHeight(140)
@@ -193,7 +192,7 @@ class GeneratePanel(QWidget):
         col.addLayout(form)
         col.addLayout(buttons)
         col.addWidget(self.status)
-        col.addWidget(QLabel("Step"))
+        col.addWidget(plain_label(QLabel("Step")))
         col.addWidget(self.slider)
         col.addWidget(self.step_label)
         col.addWidget(self.kv_label)
@@ -282,9 +281,10 @@ class GeneratePanel(QWidget):
             self.curve.setData([], [])
 
     def kv_text(self, step) -> str:
-        """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator: ...; held with room ...: ...': the
-        generation's K and V at that step, the calculator's figure for the same T (equal without a
-        sliding window; with one, the calculator keeps only the window and says so), and what their
+        """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator at float32: ...; held with room ...:
+        ...': the generation's K and V at that step, the calculator's figure for the same T in the
+        engine's float32, named so (the Calculator tab's KV dtype starts at fp16), equal without a
+        sliding window (with one, the calculator keeps only the window and says so), and what their
         arrays take, with the room they keep for the next positions (what the process holds; the
         curve plots it)."""
         res = calculate(calc_inputs_from_config(self.state.model.config, seq_len=step.T, kv_dtype="fp32"))
@@ -292,7 +292,7 @@ class GeneratePanel(QWidget):
         why = next((w for w in res.warnings if "keep only the last" in w), "") if calc != step.kv_bytes else ""
         why = f": {why}, where the generation keeps every token's" if why else ""
         return (f"KV of {step.T:,} tokens: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
-                f"calculator: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
+                f"calculator at float32: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
                 f"positions: {format_bytes(step.kv_held)} ({step.kv_held:,} bytes)")
 
     def _show_step(self, s: int) -> None:

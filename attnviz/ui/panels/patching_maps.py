@@ -11,6 +11,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.style import BACKGROUND
+from attnviz.ui.views.fields import plain_tip
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have changed since
@@ -72,7 +73,7 @@ class PatchMap(QWidget):
         text = "" if cell is None else fig.readout(self.view, *cell) + (" (for the earlier texts)" if self.dim else "")
         if text != self.hover_text:
             self.hover_text = text
-            self.setToolTip(text)
+            self.setToolTip(plain_tip(text))  # (it quotes token labels)
 
     def mousePressEvent(self, ev) -> None:
         cell = self.hit_at(ev.position().x(), ev.position().y())

@@ -93,7 +93,7 @@ class PatchingPanel(QWidget):
     def _build(self) -> None:
         from attnviz.engine.analysing.patching import DIRECTIONS, WHATS
 
-        self.clean_label = QLabel()
+        self.clean_label = plain_label(QLabel())  # (the user's text)
         self.clean_label.setWordWrap(True)
         self.corrupt_box = QLineEdit()
         self.corrupt_box.setPlaceholderText("The corrupted text (same number of tokens)")
@@ -101,7 +101,7 @@ class PatchingPanel(QWidget):
         self.corrupt_button.setToolTip("Propose a corrupted text: a name or a repeated word swapped for "
                                        "a word of the same token length")
         self.corrupt_button.clicked.connect(self.propose)
-        self.swapped = QLabel()
+        self.swapped = plain_label(QLabel())
         self.swapped.setWordWrap(True)
         self.swapped.hide()
         self.target_edit, self.alt_edit = QLineEdit(), QLineEdit()
@@ -132,12 +132,12 @@ class PatchingPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setFormat("Patched runs: %v of %m")
         self.progress.hide()
-        self.note, self.stale = QLabel(), QLabel()
+        self.note, self.stale = plain_label(QLabel()), plain_label(QLabel())  # (they quote texts)
         for label in (self.note, self.stale):
             label.hide()
             label.setWordWrap(True)
         self.stale.setStyleSheet(f"color: {WARNING}")
-        self.aligned = QLabel()
+        self.aligned = plain_label(QLabel())  # (the two texts' tokens, aligned)
         self.aligned.hide()
         self.aligned.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.aligned.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -146,7 +146,7 @@ class PatchingPanel(QWidget):
         self.sides_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.map = PatchMap(self.pick_head)
         self.patterns = PatternPair(self)
-        self.refused = QLabel()  # why this model cannot be patched, its controls off (an encoder)
+        self.refused = plain_label(QLabel())  # why the model cannot be patched (it names the model)
         self.refused.setObjectName("patching_refused")
         self.refused.setWordWrap(True)
         self.refused.setStyleSheet(f"color: {WARNING}")
@@ -156,17 +156,17 @@ class PatchingPanel(QWidget):
         # one field a row and the controls in two rows: the tab fits the dock's first-start width
         # (440 px), where a row of six controls or Target and Alt side by side ran off its edge
         form = QGridLayout()
-        form.addWidget(QLabel("Clean:"), 0, 0)
+        form.addWidget(plain_label(QLabel("Clean:")), 0, 0)
         form.addWidget(self.clean_label, 0, 1, 1, 2)
-        form.addWidget(QLabel("Corrupted:"), 1, 0)
+        form.addWidget(plain_label(QLabel("Corrupted:")), 1, 0)
         form.addWidget(self.corrupt_box, 1, 1)
         form.addWidget(self.corrupt_button, 1, 2)
         form.addWidget(self.swapped, 2, 1, 1, 2)  # what Corrupt swapped, under the box it filled
-        form.addWidget(QLabel("Target:"), 3, 0)
+        form.addWidget(plain_label(QLabel("Target:")), 3, 0)
         form.addWidget(self.target_edit, 3, 1, 1, 2)
-        form.addWidget(QLabel("Alt:"), 4, 0)
+        form.addWidget(plain_label(QLabel("Alt:")), 4, 0)
         form.addWidget(self.alt_edit, 4, 1, 1, 2)
-        form.addWidget(QLabel("Position:"), 5, 0)
+        form.addWidget(plain_label(QLabel("Position:")), 5, 0)
         at = QHBoxLayout()
         at.addWidget(self.position_box, 0, Qt.AlignmentFlag.AlignTop)
         at.addWidget(self.position_label, 1)

@@ -20,7 +20,7 @@ from attnviz.figures.numbers import minus_signs, signed
 from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
-from attnviz.ui.views.fields import fill
+from attnviz.ui.views.fields import fill, plain_label, plain_tip, rich_label
 
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
 TOKEN_CHARS = 25  # characters of a target token in the panel's lines (whole in their tooltips)
@@ -82,9 +82,8 @@ class PredictPanel(QWidget):
         self.tabs = QTabWidget()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        self.header = QLabel()
+        self.header = rich_label(QLabel())
         self.header.setWordWrap(True)
-        self.header.setTextFormat(Qt.TextFormat.RichText)
         lay.addWidget(self.header)
         form = QFormLayout()
         self.target_edit, self.alt_edit = QLineEdit(), QLineEdit()
@@ -95,7 +94,7 @@ class PredictPanel(QWidget):
             edit.editingFinished.connect(self._tokens_typed)
         row = QHBoxLayout()
         row.addWidget(self.target_edit)
-        row.addWidget(QLabel("vs"))
+        row.addWidget(plain_label(QLabel("vs")))
         row.addWidget(self.alt_edit)
         form.addRow("Target:", row)
         lay.addLayout(form)
@@ -107,10 +106,10 @@ class PredictPanel(QWidget):
         col.setContentsMargins(0, 0, 0, 0)
         self.top_table = _table(["token", "p", "changed: token", "p"])
         col.addWidget(self.top_table, 2)
-        self.delta_label = QLabel()
+        self.delta_label = plain_label(QLabel())  # (it and the lens's title quote the target token)
         self.delta_label.setWordWrap(True)
         col.addWidget(self.delta_label)
-        self.lens_title = QLabel(LENS_LABEL)
+        self.lens_title = plain_label(QLabel(LENS_LABEL))
         self.lens_title.setWordWrap(True)  # (a long target token is cut: it never widens the dock)
         col.addWidget(self.lens_title)
         self.lens_table = _table(["layer", "top-1", "p", "p(target)", "rank"])
@@ -186,7 +185,7 @@ class PredictPanel(QWidget):
                             f"<b>‘{html.escape(_cut(alt))}’</b>{what}{note}")
         whole = f"target ‘{target}’ vs ‘{alt}’" if max(len(target), len(alt)) > TOKEN_CHARS else ""
         for label in (self.header, self.delta_label, self.lens_title):
-            label.setToolTip(whole)
+            label.setToolTip(plain_tip(whole))
         self.target_edit.setPlaceholderText(f"top-1: {a.label(a.clean.top_ids[0])}")
         self.alt_edit.setPlaceholderText(f"second: {a.label(a.clean.top_ids[1])}" if len(a.clean.top_ids) > 1
                                          else "")

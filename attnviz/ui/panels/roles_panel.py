@@ -25,6 +25,7 @@ from attnviz.figures.numbers import minus_signs, signed
 from attnviz.ui.panels.find_panel import FindPanel
 from attnviz.ui.panels.roles_views import RolesOverview, ScoresTable
 from attnviz.figures.roles import ROLE_SOURCES as SOURCES
+from attnviz.ui.views.fields import plain_label, rich_label
 
 
 class SummaryBox(QScrollArea):
@@ -91,16 +92,15 @@ class RolesPanel(QWidget):
         self.exclude_current.setToolTip("Zero the diagonal before scoring (TransformerLens "
                                         "exclude_current_token); previous, next, duplicate, induction")
         opts = QHBoxLayout()
-        opts.addWidget(QLabel("Score on"))
+        opts.addWidget(plain_label(QLabel("Score on")))
         opts.addWidget(self.source, 1)
         opts2 = QHBoxLayout()
         opts2.addWidget(self.exclude_bos)
         opts2.addWidget(self.exclude_current)
         opts2.addStretch(1)
 
-        self.summary = QLabel("Open a model to score its heads.")
+        self.summary = rich_label(QLabel("Open a model to score its heads."))
         self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.overview = RolesOverview(self.state)  # layers x heads map, legend, overlay, focus note

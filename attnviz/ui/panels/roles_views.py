@@ -25,6 +25,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import minus_signs
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
 from attnviz.ui.views.column_fit import ColumnFit, text_margins
+from attnviz.ui.views.fields import plain_label, rich_label
 
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 # the Scores tab's headers, short so its eleven columns fit a 440 px dock (the full names and
@@ -135,10 +136,10 @@ class RolesOverview(QWidget):
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
         # where the cell's abbreviation differs from the name
-        self.legend = QLabel(" ".join(
+        self.legend = rich_label(QLabel(" ".join(
             f'<span style="background:{c}; color:{role_text_color(r)}">'
             f"&nbsp;{_legend_text(r)}&nbsp;</span>"
-            for r, c in ROLE_COLORS.items()))
+            for r, c in ROLE_COLORS.items())))
         self.legend.setWordWrap(True)
         self.overlay_role = QComboBox()
         self.overlay_role.addItem("none", None)
@@ -146,10 +147,10 @@ class RolesOverview(QWidget):
             self.overlay_role.addItem(H.TITLES[role], role)
         self.overlay_role.setToolTip("Draw this role's detection pattern D on the focused head: "
                                      "the cells its score counts")
-        self.focus_note = QLabel("")
+        self.focus_note = plain_label(QLabel(""))
         self.focus_note.setWordWrap(True)
         # in the map's place while there are no role scores: what fills it, and when
-        self.empty_note = QLabel("")
+        self.empty_note = plain_label(QLabel(""))
         self.empty_note.setWordWrap(True)
         self.empty_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_note.setMargin(12)
@@ -316,11 +317,11 @@ class ScoresTable(QWidget):
         self.definitions.setOpenLinks(False)
         scl = QVBoxLayout(self)
         fl = QHBoxLayout()
-        fl.addWidget(QLabel("Show"))
+        fl.addWidget(plain_label(QLabel("Show")))
         fl.addWidget(self.filter, 1)
         scl.addLayout(fl)
         scl.addWidget(self.table, 3)
-        scl.addWidget(QLabel("What the numbers mean"))
+        scl.addWidget(plain_label(QLabel("What the numbers mean")))
         scl.addWidget(self.definitions, 2)
         self._show_definitions()
 

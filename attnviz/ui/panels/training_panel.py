@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import minus_signs, signed
+from attnviz.ui.views.fields import plain_label
 
 
 ICL_COLOR, INDUCTION_COLOR = "#d95f02", "#1b9e77"  # the two curves, their axes and markers
@@ -41,9 +42,9 @@ class TrainingPanel(QWidget):
         self.slider.setToolTip("Training step: move every heatmap through training "
                                "(arrow keys step one checkpoint)")
         self.slider.setPageStep(1)
-        self.step_label = QLabel()
+        self.step_label = plain_label(QLabel())
         self.step_label.setMinimumWidth(260)
-        self.score_label = QLabel()
+        self.score_label = plain_label(QLabel())
         self.score_label.setStyleSheet("color: #555;")
 
         self.plot = pg.PlotWidget(background="w", axisItems={"left": SignedAxis("left")})
@@ -76,7 +77,7 @@ class TrainingPanel(QWidget):
             "probe. The line marks the step shown.")
 
         top = QHBoxLayout()
-        top.addWidget(QLabel("Training step"))
+        top.addWidget(plain_label(QLabel("Training step")))
         top.addWidget(self.slider, 1)
         top.addWidget(self.step_label)
         col = QVBoxLayout(self)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.computing.patterns import head_key
 from attnviz.figures import why as fig
+from attnviz.ui.views.fields import plain_label, plain_tip
 
 
 class WhyCanvas(QWidget):
@@ -67,7 +68,7 @@ class WhyCanvas(QWidget):
             self.hover = box
             self.update()
             self.sigHover.emit(() if box is None else fig.heads_of(box.row.components))
-            self.setToolTip("" if box is None else box.text)
+            self.setToolTip("" if box is None else plain_tip(box.text))  # (it quotes token labels)
 
     def mouseMoveEvent(self, ev) -> None:
         self.hover_row(ev.position().y())
@@ -80,7 +81,7 @@ class WhyPanel(QWidget):
     def __init__(self, state, jobs, parent: QWidget | None = None):
         super().__init__(parent)
         self.state, self.jobs = state, jobs
-        self.note = QLabel()
+        self.note = plain_label(QLabel())
         self.note.setWordWrap(True)
         self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.canvas = WhyCanvas()

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.figures.data import COLORMAPS
+from attnviz.ui.views.fields import plain_label, plain_tip
 
 TEXT_MARK = QColor(255, 214, 102, 110)  # behind the state's text marks (a generation's new tokens)
 
@@ -68,7 +69,7 @@ class ViewControls(QWidget):
         self.layer_spin = QSpinBox()
         self.layer_spin.setPrefix("Layer ")
         self.layer_spin.setToolTip("Layer shown in the grid (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
-        self.layer_kind = QLabel()  # "local (window 512)" / "global", on a model with a window
+        self.layer_kind = plain_label(QLabel())  # "local (window 512)" / "global", on a model with a window
         self.layer_kind.setToolTip("Local layers attend through a sliding window of the last W "
                                    "tokens (and their own RoPE base); global layers see every "
                                    "earlier token")
@@ -168,7 +169,7 @@ class LoadBox(QWidget):
         self.state = state
         box = QHBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
-        self.label = QLabel()
+        self.label = plain_label(QLabel())  # (it names the model's folder or file)
         self.label.setObjectName("load_label")
         self.label.setToolTip("The model being loaded; the current one stays usable meanwhile")
         self.progress = QProgressBar()
@@ -203,4 +204,4 @@ class LoadBox(QWidget):
         short = name if len(name) <= 40 else "…" + name[-39:]
         seconds = int(time.monotonic() - self._started)
         self.label.setText(f"Loading {short}… {seconds} s" if seconds else f"Loading {short}…")
-        self.label.setToolTip(f"Loading {name}; the current model stays usable meanwhile")
+        self.label.setToolTip(plain_tip(f"Loading {name}; the current model stays usable meanwhile"))

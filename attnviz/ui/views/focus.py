@@ -3,6 +3,7 @@ bottom; keys across the top, left to right), the state's overlay, and the picked
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -14,8 +15,8 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.compute_figures import tokens
+from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
 from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
 )
@@ -84,7 +85,7 @@ class FocusView(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.title = QLabel("Click a head in the grid to look at it here.")
+        self.title = rich_label(QLabel("Click a head in the grid to look at it here."))
         self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.title.setWordWrap(True)
         self.title.setToolTip("The focused head: row = query token, column = key token")
@@ -93,7 +94,7 @@ class FocusView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         # which tokens the axes name when there is no room for each: the rest read on hover
-        self.label_note = QLabel("")
+        self.label_note = plain_label(QLabel(""))
         self.label_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.label_note.setWordWrap(True)
         self.label_note.hide()
@@ -245,8 +246,8 @@ class FocusView(QWidget):
         kind = st.model.config.layer_kind(layer) if st.model is not None else None
         self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
                            + (f" · KV {kv}" if gqa else "")
-                           + (f" · {badge}" if badge else "") + share
-                           + f" · {st.model_name} · {tokens(T)} · rows: query, columns: key")
+                           + (f" · {html.escape(badge)}" if badge else "") + share
+                           + f" · {html.escape(st.model_name)} · {tokens(T)} · rows: query, columns: key")
 
     def _draw_window(self, layer: int, T: int) -> None:
         """The sliding window's edge on a local layer, once the text is longer than the window."""
@@ -262,7 +263,7 @@ class FocusView(QWidget):
 
     def _empty_text(self) -> str:
         if self.state.model is None and self.state.result is None:
-            return no_model_text(self.state)
+            return html.escape(no_model_text(self.state))  # (the title is rich text; a path may hold '<')
         if self.state.long.run is not None:
             return ("A long text: its focused head is the large pane of the long view, beside the "
                     "grid (zoom there for the exact weights).")

@@ -17,6 +17,7 @@ from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.figures.numbers import signed
+from attnviz.ui.views.fields import plain_label
 
 
 
@@ -33,7 +34,7 @@ class ModeSelector(QWidget):
         self.jobs = jobs
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 2, 4, 2)
-        self.label = QLabel("Grid shows")
+        self.label = plain_label(QLabel("Grid shows"))
         lay.addWidget(self.label)
         self.group = QButtonGroup(self)
         self.buttons: dict[str, QToolButton] = {}

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import bar_ticks
 from attnviz.figures.style import BACKGROUND, TEXT, group_color
+from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.mosaic import tile_index
 
 HIGHLIGHT = QColor("#ffd400")  # outlined heads, the explained cell (not the focus colour)
@@ -43,7 +44,7 @@ class NoModel(QObject):
         self.state, self.bar, self.then = state, bar, None  # (`then` from the first change on)
         self.label, self.shown = None, None
         if frame is not None:
-            self.label = QLabel(frame)
+            self.label = plain_label(QLabel(frame))  # (it may name a model's path)
             self.label.setObjectName("no_model_note")
             self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
             self.label.setWordWrap(True)

@@ -19,6 +19,10 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.analysing.samples import Guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
+from attnviz.ui.views.fields import rich_label
+
+
+SHOW_TIP = "Focus the head that shows this best in the loaded model"
 
 
 class GuideBar(QWidget):
@@ -28,16 +32,16 @@ class GuideBar(QWidget):
         self.sample = None
         self.current: Guide | None = None  # the newest guide ("Show me" focuses its head)
         self._shown = None  # (the guide the answer shows, the result it was found on), or None
-        self._asked = None  # what the newest guide job was asked on: the result (Find) or its scores
-        self.look = QLabel()
+        self._asked = None  # what the newest guide job was asked on: (the result, its scores or None)
+        self.look = rich_label(QLabel())
         self.look.setWordWrap(True)
         self.look.setToolTip("What this sample shows; the head is found on the loaded model's own "
                              "patterns, with the roles panel's scores and baselines")
-        self.answer = QLabel()
+        self.answer = rich_label(QLabel())
         self.answer.setWordWrap(True)
         self.show_button = QToolButton()
         self.show_button.setText("Show me")
-        self.show_button.setToolTip("Focus the head that shows this best in the loaded model")
+        self.show_button.setToolTip(SHOW_TIP)
         self.show_button.clicked.connect(self.show_head)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
@@ -80,7 +84,7 @@ class GuideBar(QWidget):
         self.current = self._shown = None
         self._asked = None
         self.state.drop_guide()
-        self.show_button.setEnabled(False)
+        self._show_off("Finding the head in this model…")
         self.answer.setToolTip("")
         self.answer.setText("<i>Finding the head in this model…</i>")
 
@@ -90,7 +94,7 @@ class GuideBar(QWidget):
         if self.sample is None:
             self.hide()
             return
-        self.look.setText(f"<b>Look for:</b> {self.sample.look_for}")
+        self.look.setText(f"<b>Look for:</b> {html.escape(self.sample.look_for, quote=False)}")
         self.show()
         self._fit()
         self._on_result(self.state.result)
@@ -114,10 +118,11 @@ class GuideBar(QWidget):
                     self._no_guide(st.text_note)
                 return
             scores = st.text_scores
-        asked = result if scores is None else scores
-        if asked is self._asked:
+        # (a changed run whose patterns are the clean run's keeps its scores, but not its heads:
+        # the guide is asked again, on the run with the heads switched off)
+        if self._asked is not None and self._asked[0] is result and self._asked[1] is scores:
             return  # this guide is shown, or on its way
-        self._asked = asked
+        self._asked = (result, scores)
         self.state.want_guide(s, result, scores)
 
     def _on_compute_failed(self, request, message: str) -> None:
@@ -135,15 +140,26 @@ class GuideBar(QWidget):
             return
         self.current, self._shown = value, (value, result)
         self._write_answer()
-        self.answer.setToolTip("" if value.claimed else
-                               "No head passes the bar: 'Show me' focuses the strongest candidate")
+        if value.layer is None:  # no head has any strength for it: none to focus
+            self.answer.setToolTip("No head passes the bar, and none is a candidate")
+            self._show_off("No head to show: no head of this model has any strength for what "
+                           "this sample looks for (the answer says why)")
+            return
+        self.answer.setToolTip("" if value.claimed else "No head passes this sample's bar: 'Show "
+                               "me' focuses the closest candidate, as the answer names it")
         self.show_button.setEnabled(True)
+        self.show_button.setToolTip(SHOW_TIP if value.claimed else
+                                    "Focus the closest candidate (no head passes this sample's bar)")
+
+    def _show_off(self, why: str) -> None:
+        self.show_button.setEnabled(False)
+        self.show_button.setToolTip(why)
 
     def _no_guide(self, why: str) -> None:
         """The answer says `why` there is no guide (it failed, or the scores it needs did not come):
         no head is named, so "Show me" focuses none (the guide before was found on another run)."""
         self.current = self._shown = None
-        self.show_button.setEnabled(False)
+        self._show_off("No head to show: the answer says why")
         self.answer.setToolTip("")
         self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(why)}</span>")
 
@@ -164,7 +180,7 @@ class GuideBar(QWidget):
     # --- view -> state --------------------------------------------------------------------------
     def show_head(self) -> None:
         g = self.current
-        if g is None:
+        if g is None or g.layer is None:
             return
         self.state.show_head(g.layer, g.head)
 

@@ -24,6 +24,7 @@ from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
 from attnviz.figures.overview import LOG_DECADES, tops
 from attnviz.figures.view import REDUCES
+from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
 
 STRIP_MAX = 64  # keys the token strip lists
@@ -42,6 +43,7 @@ class LinesLabel(QLabel):
 
     def __init__(self, lines: int, parent=None):
         super().__init__(parent)
+        plain_label(self)  # (the keys' strip quotes token labels; fits measures plain text)
         self.full, self.lines = "", 0
         self.setWordWrap(True)
         self.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
@@ -103,7 +105,7 @@ class LongView(QWidget):
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("layer %v of %m")
         self.progress.hide()
-        self.scale_label = QLabel()
+        self.scale_label = plain_label(QLabel())
         self.scale_label.setToolTip("The colour scale of the large pane: from its lowest colour to "
                                     "its top, the largest cell shown")
         bar = QHBoxLayout()
@@ -118,7 +120,7 @@ class LongView(QWidget):
         self.pane = PatternPane(state)
         self.key_strip = LinesLabel(2)
         self.key_strip.setToolTip("The keys of the region shown, as the model reads them")
-        self.readout = QLabel(" ")
+        self.readout = plain_label(QLabel(" "))  # (the hover read-out quotes token labels)
         # text that changes with each view must not move the views (their sizes are the overviews')
         for label in (self.info, self.key_strip, self.readout, self.scale_label):
             label.setSizePolicy(QSizePolicy.Policy.Ignored, label.sizePolicy().verticalPolicy())

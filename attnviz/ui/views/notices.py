@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
+from attnviz.ui.views.fields import plain_label
 
 def sentence(text: str) -> str:
     """A message as one sentence: whatever it ends with, exactly one final period ('?' and '!'
@@ -50,14 +51,14 @@ class Notices(QObject):
         super().__init__(parent)
         self.state = state
         self.kind = ""  # what the banner shows: "compute" is cleared by the next result
-        self.banner = QLabel()
+        self.banner = plain_label(QLabel())  # (an error may quote a text, a token or a path)
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet(f"background: {ERROR_BACKGROUND}; color: white; padding: 4px;")
         self.banner.setToolTip("Click to dismiss")
         self.banner.mousePressEvent = lambda _ev: self.banner.hide()
-        self.text = QLabel()
+        self.text = plain_label(QLabel())
         self.text.setStyleSheet(f"color: {WARNING}; font-weight: bold;")
-        self.model = QLabel()
+        self.model = plain_label(QLabel())  # (it names the model)
         self.model.setWordWrap(True)
         self.model.setStyleSheet(f"color: {WARNING};")
         for label, name in ((self.banner, "error_banner"), (self.text, "text_notice"),
