@@ -105,11 +105,14 @@ def cmd_qk(args) -> int:
 
 
 def parse_head(text: str, n_layer: int, n_head: int) -> tuple[int, int]:
-    """`"3.1"` -> (3, 1), within the model's layers and heads; InputError in one line otherwise."""
-    parts = text.strip().split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise InputError(f"--head {text!r}: give layer.head, e.g. --head 3.1")
-    layer, head = int(parts[0]), int(parts[1])
+    """`"3.1"` or `"L3 H1"` -> (3, 1), within the model's layers and heads; InputError in one line
+    otherwise."""
+    from attnviz.engine.analysing.ablation import HEAD_FORMS, head_from_text
+
+    lh = head_from_text(text)
+    if lh is None:
+        raise InputError(f"--head {text!r}: give {HEAD_FORMS}")
+    layer, head = lh
     if layer >= n_layer or head >= n_head:
         raise InputError(f"--head {text}: this model has layers 0..{n_layer - 1} and heads "
                          f"0..{n_head - 1}")

@@ -58,6 +58,11 @@ class CircuitsView:
     focus: tuple | None  # (layer, head)
     badges: dict  # (layer, head) -> role badge ('' none), for the listed partners
     ov: tuple | None = None  # (layer, head, token id, token text, [(id, text, logit)])
+    rope: bool = True  # the model rotates queries and keys (the scores leave that out: ROPE_NOTE)
+
+    def note(self) -> str:
+        """The line under the title: that the scores leave RoPE out, for a model that has it."""
+        return ROPE_NOTE if self.rope else ""
 
     def title(self) -> str:
         return f"Circuits of {self.model}: OV copying, composition, OV top tokens"
@@ -93,12 +98,13 @@ class CircuitsView:
         return out
 
 
-def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None, ov=None) -> CircuitsView:
+def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None, ov=None,
+                  rope: bool = True) -> CircuitsView:
     if circuits is None:
         raise ExportError("no circuit scores yet: show the Circuits tab and wait for them")
     view = CircuitsView(model, circuits.copying, circuits.no_copying or "", circuits.composition,
                         None if kv_group is None else np.asarray(kv_group),
-                        None if focus is None else tuple(focus), {}, ov)
+                        None if focus is None else tuple(focus), {}, ov, bool(rope))
     if badge is not None and view.focus is not None:
         view.badges.update({(l, h): badge(l, h) for ps in view.partners().values() for l, h, _ in ps})
     return view
@@ -146,7 +152,7 @@ def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
     p.drawText(QRectF(10 * s, 4 * s, lay.width - 20 * s, 22 * s), left, view.title())
     p.setFont(figure_font(12 * s))
     p.setPen(MUTED)
-    p.drawText(QRectF(10 * s, 26 * s, lay.width - 20 * s, 20 * s), left, ROPE_NOTE)
+    p.drawText(QRectF(10 * s, 26 * s, lay.width - 20 * s, 20 * s), left, view.note())
     y = 50 * s
     hm = copying_map(view)
     if hm is not None:
@@ -174,7 +180,7 @@ png_bytes, svg_bytes = figure_exports(layout, paint, lambda _view: "attnviz circ
 
 def numbers(view: CircuitsView) -> dict:
     """`attnviz circuits --json`'s keys, with the focused head's partners and the note."""
-    out = {"model": view.model, "note": ROPE_NOTE,
+    out = {"model": view.model, **({"note": view.note()} if view.note() else {}),
            "copying": None if view.copying is None else np.asarray(view.copying).tolist(),
            "composition": {m: np.asarray(view.composition[m]).tolist() for m in MODES}}
     if view.copying is None:

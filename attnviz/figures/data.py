@@ -109,10 +109,12 @@ def format_of(path: str | os.PathLike) -> str:
 
 # --- numbers -----------------------------------------------------------------------------------
 
-def fmt_all(arr: np.ndarray) -> list[str]:
-    """Each float32 as text that reads back as the same float32 (9 significant digits)."""
+def fmt_all(arr: np.ndarray, undefined: str = "nan") -> list[str]:
+    """Each float32 as text that reads back as the same float32 (9 significant digits); a NaN (a
+    row with no weight once the first key is hidden) as `undefined`."""
     flat = np.asarray(arr, dtype=np.float32).ravel().tolist()
-    return ("%.9g\n" * len(flat) % tuple(flat)).split("\n")[:-1] if flat else []
+    out = ("%.9g\n" * len(flat) % tuple(flat)).split("\n")[:-1] if flat else []
+    return [undefined if t == "nan" else t for t in out] if undefined != "nan" else out
 
 
 def _csv_cell(text: str) -> str:
@@ -133,7 +135,7 @@ def csv_text(view: ExportView) -> str:
     key_token, weight)."""
     labels = [_csv_cell(t) for t in view.labels]
     n_q, n_k = view.patterns.shape[2:]
-    weights = fmt_all(view.patterns)  # row-major [n_layers, n_heads, n_q, n_k]
+    weights = fmt_all(view.values(), "")  # row-major [n_layers, n_heads, n_q, n_k]; undefined: empty
     hidden = "first key hidden, rows renormalised" if view.hide_first else ""
     if view.scope == "head":
         notes = "; ".join(n for n in ("value-weighted" if view.value_weighted else "", hidden,
@@ -173,7 +175,7 @@ def json_text(view: ExportView) -> str:
     }
     if view.checkpoint:
         doc["checkpoint"] = view.checkpoint
-    weights = _nested(view.selected(), fmt_all(view.selected()))
+    weights = _nested(view.selected(), fmt_all(view.selected(), "null"))  # undefined: null
     head, tail = json.dumps(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
     return head + '"weights": ' + weights + tail + "\n"
 

@@ -36,6 +36,23 @@ class ExportView:
     ablation: dict | None = None  # what was switched off in the run exported (Ablation.to_json); None: clean
     changed: str = ""  # the same in words ("zero-ablated L3 H1"): the title and the CSV header say it
 
+    def blank(self) -> np.ndarray:
+        """[n_layers, n_heads, T] bool: the rows left with no weight once the first key is hidden
+        (a decoder's first query sees only that key: renormalised, 0/0). Their numbers are
+        undefined: NaN in .npy, empty in CSV, null in JSON, and the figure leaves them blank."""
+        if not self.hide_first:
+            return np.zeros(self.patterns.shape[:3], bool)
+        return ~(self.patterns > 0).any(axis=-1)  # (a renormalised row sums to 1 or has nothing)
+
+    def values(self) -> np.ndarray:
+        """The patterns as written out: the blank rows NaN."""
+        blank = self.blank()
+        if not blank.any():
+            return self.patterns
+        out = self.patterns.copy()
+        out[blank] = np.nan
+        return out
+
     @property
     def n_query(self) -> int:
         return self.patterns.shape[2]
@@ -46,12 +63,14 @@ class ExportView:
         return len(set(self.kv_group)) < len(self.kv_group)
 
     def selected(self) -> np.ndarray:
-        """The exported array: head [T, n_k], layer [n_head, T, n_k], all [n_layer, n_head, T, n_k]."""
+        """The exported array: head [T, n_k], layer [n_head, T, n_k], all [n_layer, n_head, T, n_k];
+        a row left with no weight by the hidden first key is NaN (values)."""
+        values = self.values()
         if self.scope == "head":
-            return self.patterns[0, 0]
+            return values[0, 0]
         if self.scope == "layer":
-            return self.patterns[0]
-        return self.patterns
+            return values[0]
+        return values
 
     def title(self) -> str:
         if self.scope == "head":

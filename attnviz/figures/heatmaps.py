@@ -24,13 +24,17 @@ from attnviz.figures.render import (
 )
 from attnviz.figures.style import axis_label, bar_label, group_color, heat_index, heat_table
 
+BLANK = (255, 255, 255)  # a cell with no number (the figure's background)
 SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
 
 
 def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
     """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the table (style.heat_table, the
-    window's; the levels start at 0: figures/view.Shown.levels)."""
-    return lut[heat_index(view.patterns[i, j], float(view.levels[i, j, 1]))]
+    window's; the levels start at 0: figures/view.Shown.levels); a row left with no weight by the
+    hidden first key blank (ExportView.blank), as its numbers are undefined."""
+    rgb = lut[heat_index(view.patterns[i, j], float(view.levels[i, j, 1]))]
+    rgb[view.blank()[i, j]] = BLANK
+    return rgb
 
 
 def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: bool = False) -> None:

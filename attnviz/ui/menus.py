@@ -5,6 +5,7 @@ runner's model scans and of the state's current model."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -234,7 +235,10 @@ MOUSE = (
                                    "it again to clear)"),
     ("click a head in the grid", "show it large in the Focus head tab"),
     ("Shift+click a cell in the grid, or click a cell of the focus view", "make its row's token the query"),
-    ("Alt+click or right-click a head", "switch it off (again: back on)"),
+    ("Alt+click a head in the grid", "switch it off (again: back on)"),
+    ("right-click a head in the grid", "a menu: switch it off (zero, or the mean over this text) or "
+                                       "back on, knock out the cell's query → key in this layer or "
+                                       "every layer, restore the clean run"),
     ("right-click a cell of the focus view", "Why here?: what the score is made of"),
     ("hover a cell", "read the query, the key and the weight"),
 )
@@ -260,7 +264,8 @@ def keys_html() -> str:
 
 
 def about_html(model) -> str:
-    """Help > About: the version, and the loaded model's name, shape, licence and folder."""
+    """Help > About: the version, and the loaded model's name, shape, licence and folder (its file,
+    for a GGUF)."""
     from attnviz import __version__
 
     if model is None:
@@ -270,7 +275,7 @@ def about_html(model) -> str:
         text = (f"Model: <b>{html.escape(model.name)}</b> "
                 f"({model_shape(c.family, c.n_layer, c.n_head, c.n_kv_head)})<br>Licence: "
                 f"{html.escape(model.license or 'not stated in the model folder')}<br>"
-                f"Folder: {html.escape(str(model.path))}")
+                f"{'File' if Path(model.path).is_file() else 'Folder'}: {html.escape(str(model.path))}")
         if model.name == textbook.TEXTBOOK_NAME:
             text += f"<br>{html.escape(textbook.vocabulary_line())}"
     return (f"<h3>attnviz {__version__}</h3><p>Multi-head attention of real models, computed "

@@ -24,7 +24,7 @@ from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.load_outcome import report_load
 from attnviz.ui.menus import Menus, about_html, show_keys
-from attnviz.ui.views.notices import Notices, sentence, status_line
+from attnviz.ui.views.notices import Notices, sentence, show_status
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
 from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, ON_SHOW, OnDemand, PanelDocks
@@ -248,7 +248,7 @@ class MainWindow(QMainWindow):
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(
-            lambda msg: self.statusBar().showMessage(status_line(self.statusBar(), msg), 8000))
+            lambda msg: show_status(self.statusBar(), msg, 8000))
         st.sigLoadingChanged.connect(lambda source: source and self._on_loading(source))
         st.sigLoadReported.connect(lambda *outcome: report_load(self, *outcome))
         st.sigComputeReported.connect(self._on_compute_reported)
@@ -362,7 +362,7 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str, kind: str = "") -> None:
         """The error banner; kind "compute" is cleared again by the next result."""
         shown = self.notices.show_error(message, kind)
-        self.statusBar().showMessage(status_line(self.statusBar(), shown), 10000)
+        show_status(self.statusBar(), shown, 10000)
 
     def clear_error(self) -> None:
         """A later success clears the banner of an earlier failure."""

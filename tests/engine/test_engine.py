@@ -223,6 +223,19 @@ def test_pickle_refused_with_conversion_hint(tmp_path):
     assert not marker.exists()
 
 
+def test_a_file_named_like_a_pickle_is_told_by_its_first_bytes(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(llama_config()))
+    for name, data, said in (("model.bin", b"PK\x03\x04" + bytes(60), "is a PyTorch pickle checkpoint"),
+                             ("model.pt", b"\x80\x04\x95" + bytes(60), "is a PyTorch pickle checkpoint"),
+                             ("model.bin", bytes(range(7, 100)), "is not a model file attnviz can read"),
+                             ("model.ckpt", b"", "is not a model file attnviz can read")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(ModelLoadError, match=f"^{name} {said}"):
+            load_model(path)
+        path.unlink()
+
+
 def test_unknown_name():
     with pytest.raises(ModelLoadError, match="attnviz models"):
         load_model("no-such-model-xyz")

@@ -268,6 +268,14 @@ def test_progress_counts_every_patched_run_on_a_thread_of_its_own(qtbot, win):
 def test_an_encoder_is_refused_in_one_line(qtbot, tmp_path):
     w = open_window(qtbot, tmp_path / "e.ini", text=TEXT, panels=("patching",))  # MiniLM
     p = w.patching_panel
+    # up front, as What heads do and Generate: one line why, the controls off, no position scored
+    assert p.refused.isVisibleTo(p) and p.refused.text().startswith("all-MiniLM-L6-v2 is an encoder")
+    assert not any(c.isEnabled() for c in (p.run_button, p.corrupt_button, p.corrupt_box, p.position_box,
+                                          p.target_edit, p.alt_edit, p.what_box, p.direction_box))
+    p.check_lengths()
+    w.worker.wait_idle()
+    drain_events()
+    assert p.position_label.text() == ""
     p.corrupt_box.setText(TEXT.replace("John gave", "Mary gave"))
     assert not p.run()
     assert "patching needs a prediction" in p.note.text() and "\n" not in p.note.text()

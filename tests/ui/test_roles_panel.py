@@ -261,10 +261,11 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
         [f"{lab}@{i}" for i, lab in enumerate(labels)]
     T = len(labels)
     assert find.hits == F.find(state.result, T - 1, 0) and find.find_table.rowCount() == 72
-    # while shown, each new result refills Find at once (same picks), reusing the table's rows
+    # while shown, each new result refills Find at once (the same tokens picked: [SEP], last, to
+    # [CLS]), reusing the table's rows
     type_text(qtbot, state, TEXT)
     assert find.find_from.count() == len(state.result.labels)
-    assert find.hits == F.find(state.result, T - 1, 0)
+    assert find.hits == F.find(state.result, len(state.result.labels) - 1, 0)
     assert find.find_table.item(0, 1).text() == f"L{find.hits[0].layer} H{find.hits[0].head}"
     assert find.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
         round(float(find.hits[0].specificity), 3)

@@ -330,12 +330,25 @@ def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
     import json
 
     (folder / "config.json").write_text(json.dumps(window.state.model.config.raw))
-    (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")  # a pickle's first bytes (never unpickled)
     window.load_model(str(folder))
     qtbot.waitUntil(lambda: widget(window, "error_banner").isVisible(), timeout=WAIT)
     msg = widget(window, "error_banner").text()
     assert "never unpickles" in msg and "open the folder again. Still showing" in msg
     assert ".." not in msg and msg.endswith("Still showing all-MiniLM-L6-v2.")
+
+
+def test_a_bin_file_that_is_no_pickle_is_not_called_one(window, qtbot, tmp_path):
+    junk = tmp_path / "model.bin"
+    junk.write_bytes(bytes(range(7, 256)) * 4)  # neither torch.save's zip nor a pickle
+    window.load_model(str(junk))
+    banner = widget(window, "error_banner")
+    qtbot.waitUntil(lambda: banner.isVisible(), timeout=WAIT)
+    assert banner.text() == (
+        f"Could not load model {junk}: model.bin is not a model file attnviz can read: it is not a "
+        "PyTorch checkpoint (neither torch.save's zip nor a pickle), a GGUF file or safetensors. "
+        "attnviz opens a GGUF file (.gguf) or a model folder holding config.json and .safetensors "
+        "weights. Still showing all-MiniLM-L6-v2.")
 
 
 def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(window, qtbot):

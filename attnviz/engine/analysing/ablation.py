@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,18 +34,32 @@ MODES = ("zero", "mean")
 LOSSES = ("next", "repeat")
 
 
+HEAD_TEXT = re.compile(r"L\s*(\d+)\s*H\s*(\d+)|(\d+)\s*\.\s*(\d+)", re.IGNORECASE)
+HEAD_FORMS = "LAYER.HEAD or L<layer> H<head>, e.g. 18.6 or L18 H6"
+
+
+def head_from_text(text: str) -> tuple[int, int] | None:
+    """A head as typed: "18.6", "L18 H6" (as the window names heads) or "L18H6" -> (18, 6); None
+    for anything else. Not checked against a model."""
+    m = HEAD_TEXT.fullmatch(text.strip())
+    if m is None:
+        return None
+    layer, head = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+    return int(layer), int(head)
+
+
 def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
-    """"3.1,5.0" (layer.head, comma-separated) -> [(3, 1), (5, 0)], checked against the model."""
+    """"3.1,L5 H0" (heads as head_from_text reads them, comma-separated) -> [(3, 1), (5, 0)],
+    checked against the model."""
     heads = []
     for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            layer, head = (int(x) for x in part.split("."))
-        except ValueError:
-            raise InputError(f"head {part!r} is not LAYER.HEAD, e.g. 3.1") from None
-        check_head(layer, head, n_layer, n_head)
-        heads.append((layer, head))
+        lh = head_from_text(part)
+        if lh is None:
+            raise InputError(f"head {part!r} is not {HEAD_FORMS}")
+        check_head(*lh, n_layer, n_head)
+        heads.append(lh)
     if not heads:
-        raise InputError("no heads given: write LAYER.HEAD[,LAYER.HEAD...], e.g. 3.1,5.0")
+        raise InputError(f"no heads given: write heads as {HEAD_FORMS}, separated by commas")
     return heads
 
 

@@ -2,7 +2,8 @@
 
 The `safetensors` library validates each file (header, byte coverage) and lists its tensors; the bytes
 are then viewed through one `np.memmap` per file, because safetensors' NumPy backend has no bfloat16.
-Pickle checkpoints (.bin/.pt/.pth) are refused: unpickling can run arbitrary code.
+Pickle checkpoints (.bin/.pt/.pth) are refused: unpickling can run arbitrary code. Which one a file
+is (torch.save's zip, a bare pickle, or neither) is told from its first bytes, never by unpickling.
 """
 
 from __future__ import annotations
@@ -43,8 +44,25 @@ def available_memory() -> int | None:
     return None
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since PyTorch 1.6: a zip holding the pickle
+PICKLE_PROTO = b"\x80"  # a pickle of protocol 2 or later starts with its PROTO opcode
+
+
 def refuse_pickle(path: Path) -> ModelLoadError:
-    return ModelLoadError(f"{path.name} is a PyTorch pickle checkpoint. {CONVERT_HINT}")
+    """The error for a file named like a pickle checkpoint (.bin, .pt, ...): the conversion advice
+    where its first bytes are torch.save's zip or a pickle, else that it is not a model file at all.
+    Only those bytes are read, from a regular file only (a FIFO would block)."""
+    try:
+        with open(regular_file(path), "rb") as fh:
+            head = fh.read(len(ZIP_MAGIC))
+    except (OSError, ModelLoadError):
+        head = b""
+    if head.startswith(ZIP_MAGIC) or head.startswith(PICKLE_PROTO):
+        return ModelLoadError(f"{path.name} is a PyTorch pickle checkpoint. {CONVERT_HINT}")
+    return ModelLoadError(
+        f"{path.name} is not a model file attnviz can read: it is not a PyTorch checkpoint (neither "
+        "torch.save's zip nor a pickle), a GGUF file or safetensors. attnviz opens a GGUF file "
+        "(.gguf) or a model folder holding config.json and .safetensors weights")
 
 
 def bf16_to_f32(u16: np.ndarray) -> np.ndarray:  # raw bfloat16 bits (uint16) -> float32

@@ -107,7 +107,7 @@ class AblationPanel(QWidget):
         col.addWidget(self.head_list)
         g = QGridLayout()
         self.head_edit = QLineEdit()
-        self.head_edit.setPlaceholderText("L.H, e.g. 18.6")
+        self.head_edit.setPlaceholderText("heads, e.g. L18 H6 or 18.6, comma-separated")
         self.head_edit.returnPressed.connect(self._add_head)
         add = QPushButton("Switch off")
         add.clicked.connect(self._add_head)

@@ -2,7 +2,8 @@
 computed once per model in the background (ui/machinery/why_jobs.py) with progress. It shows the
 OV copying map (layers x heads, in the grid's head order; click a head to focus it), the focused
 head's top Q-, K- and V-composition partners among earlier heads with their role badges, and what
-the focused head writes when it attends to the token picked in the token strip."""
+the focused head writes when it attends to the token picked in the token strip (a model with an
+unembedding). That the scores leave RoPE out is said for a model with RoPE only."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class CircuitsPanel(QWidget):
         super().__init__(parent)
         self.state, self.jobs = state, jobs
         self.shown = False
-        self.note = plain_label(QLabel(fig.ROPE_NOTE))
+        self.note = plain_label(QLabel())
+        self.note.setObjectName("circuits_note")
         self.note.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setFormat("Circuit scores: %v of %m steps")
@@ -71,8 +73,9 @@ class CircuitsPanel(QWidget):
         if c is None:
             return None
         kv = st.model.kv_group if st.model is not None else None
+        rope = st.model is not None and st.model.config.rope is not None  # (the note: with RoPE only)
         return fig.circuits_view(c, model=st.model_name, kv_group=kv, focus=st.focus,
-                                 badge=st.badge, ov=self.jobs.ov)
+                                 badge=st.badge, ov=self.jobs.ov, rope=rope)
 
     def refresh(self) -> None:
         j = self.jobs
@@ -80,7 +83,10 @@ class CircuitsPanel(QWidget):
         if j.running and self.progress.maximum() == 0:
             self.progress.setRange(0, 0)  # busy until the first step reports
         v = self.view()
-        self.note.setText(j.note or fig.ROPE_NOTE)
+        st = self.state
+        rope = st.model is not None and st.model.config.rope is not None
+        self.note.setText(j.note or (fig.ROPE_NOTE if rope else ""))
+        self.note.setVisible(bool(self.note.text()))
         self.map_view.set_map(None if v is None else fig.copying_map(v))
         if v is not None and v.copying is None:
             self.map_view.empty_text = f"No copying map: {v.no_copying}"
@@ -97,6 +103,9 @@ class CircuitsPanel(QWidget):
         st = self.state
         if not self.shown or st.focus is None or st.query_pos is None or st.result is None:
             return
+        c = self.jobs.circuits
+        if c is not None and c.copying is None:
+            return  # no unembedding (an encoder): a head's writes cannot be read as tokens
         q = st.query_pos
         if q >= len(st.result.input_ids):
             return
@@ -113,11 +122,12 @@ class CircuitsPanel(QWidget):
             self.ov.setText("")
             return
         lines = v.lines()
-        ov_line = lines.pop() if v.ov is not None else (
+        ov_line = lines.pop() if v.ov is not None else "" if v.copying is None else (
             self.jobs.ov_note or "Pick a token in the strip (click it) to see what the focused head "
                                  "writes when it attends to that token.")
         self.partners.setText("\n".join(lines))
         self.ov.setText(ov_line)
+        self.ov.setVisible(bool(ov_line))
 
     def export_dialog(self) -> None:
         from attnviz.ui.export import export_folder, remember_folder

@@ -36,6 +36,21 @@ SPECIFICITY = ("specificity: the head's weight from the query to the key minus t
                "weight: it says nothing about this query.")
 
 
+def same_token(result, text: str) -> int | None:
+    """Where the token a box holds ('are', or 'are@6' as the lists write it) is in `result`: at its
+    position while that still holds it, else where it occurs once; None where it is not (or more
+    than once)."""
+    label, at, pos = text.rpartition("@")
+    if at and pos.isdigit():
+        if int(pos) < len(result.labels) and result.labels[int(pos)] == label:
+            return int(pos)
+        text = label
+    try:
+        return F.resolve_token(result, text) if text else None
+    except AttnvizError:
+        return None
+
+
 class FindPanel(QWidget):
     sigFound = Signal(object)  # list[HeadHit] | None
 
@@ -94,9 +109,12 @@ class FindPanel(QWidget):
             self._fill_find_tokens()
 
     def _fill_find_tokens(self):
+        """The result's tokens in both lists; each box keeps its token where the new text has it
+        (at the same place, else where it occurs once), else Find proposes anew: the query token,
+        or the last, from the first token. A token typed for another text never opens on an error."""
         self._stale = False
         r = self.state.text_result
-        old = (self.find_from.currentIndex(), self.find_to.currentIndex())
+        old = (self.find_from.currentText(), self.find_to.currentText())
         for box in (self.find_from, self.find_to):
             box.blockSignals(True)
             box.clear()
@@ -107,10 +125,14 @@ class FindPanel(QWidget):
             self._show_hits(None)
             return
         T = len(r.labels)
-        q = self.state.query_pos if self.state.query_pos is not None else old[0]
-        k = old[1]
-        self.find_from.setCurrentIndex(q if 0 <= q < T else T - 1)
-        self.find_to.setCurrentIndex(k if 0 <= k < T else 0)
+        q = self.state.query_pos if self.state.query_pos is not None else same_token(r, old[0])
+        q = q if q is not None and 0 <= q < T else T - 1
+        k = same_token(r, old[1])
+        model = self.state.model
+        if k is None or (k > q and (model is None or model.config.causal)):  # (a key the query sees)
+            k = 0
+        self.find_from.setCurrentIndex(q)
+        self.find_to.setCurrentIndex(k)
         self.run_find()
 
     def set_find(self, from_token, to_token):

@@ -146,6 +146,11 @@ class PatchingPanel(QWidget):
         self.sides_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.map = PatchMap(self.pick_head)
         self.patterns = PatternPair(self)
+        self.refused = plain_label(QLabel())  # why the model cannot be patched (it names the model)
+        self.refused.setObjectName("patching_refused")
+        self.refused.setWordWrap(True)
+        self.refused.setStyleSheet(f"color: {WARNING}")
+        self.refused.hide()
 
     def _lay_out(self) -> None:
         # one field a row and the controls in two rows: the tab fits the dock's first-start width
@@ -178,6 +183,7 @@ class PatchingPanel(QWidget):
         row.addWidget(self.export_button)
         col = QVBoxLayout(self)
         col.setContentsMargins(4, 4, 4, 4)
+        col.addWidget(self.refused)
         col.addLayout(form)
         col.addLayout(what)
         col.addLayout(row)
@@ -217,12 +223,27 @@ class PatchingPanel(QWidget):
         self._clean = (None, None, None)  # (it holds the model before: a hidden tab checks nothing)
         self.layer_box.setRange(0, max(0, (m.config.n_layer - 1) if m is not None else 0))
         self.clean_label.setText(_shown(self.state.text))
+        why = self.refusal()
+        _say(self.refused, why)
+        for control in (self.corrupt_box, self.corrupt_button, self.target_edit, self.alt_edit,
+                        self.position_box, self.what_box, self.direction_box, self.run_button):
+            control.setEnabled(not why)
         self._sync_layer()
+        self._say_position()
         self._check_soon()
         self.refresh()
 
+    def refusal(self) -> str:
+        """Why the model cannot be patched, said up front as What heads do and Generate say it ('' where
+        it can): an encoder predicts no next token, and patching measures how a prediction moves."""
+        m = self.state.model
+        if m is None or m.config.causal:
+            return ""
+        return (f"{m.name} is an encoder: it predicts no next token, and patching measures how the "
+                "prediction of the next token changes: open a decoder in Models to patch one.")
+
     def _sync_layer(self) -> None:
-        self.layer_box.setEnabled(self.what_box.currentText() == "head_out_by_pos")
+        self.layer_box.setEnabled(self.what_box.currentText() == "head_out_by_pos" and not self.refusal())
 
     def position(self) -> int | None:
         """P as asked: None for the last token."""
@@ -232,7 +253,7 @@ class PatchingPanel(QWidget):
     def _say_position(self) -> None:
         """The clean token at P beside the box, or that P is outside the text."""
         labels, v = self._labels, self.position_box.value()
-        if labels is None:
+        if labels is None or self.refusal():  # (an encoder scores no next token)
             self.position_label.setText("")
             return
         T = len(labels)
@@ -246,7 +267,7 @@ class PatchingPanel(QWidget):
         from attnviz.engine.analysing.patching import propose_corrupt
         from attnviz.engine.errors import InputError
 
-        if self.state.model is None:
+        if self.state.model is None or self.refusal():
             return
         try:
             proposal = propose_corrupt(self.state.model, self.state.text)

@@ -18,6 +18,11 @@ KEPT_TIP = ("This text was computed before: every token's rows came from the mod
 QUERY_CHARS = 10  # the query label's room for the token, in wide letters
 
 
+def tokens(n: int) -> str:
+    """A count of tokens as the status bar reads it: '1 token', '1,402 tokens'."""
+    return f"{n:,} token" + ("" if n == 1 else "s")
+
+
 def compute_text(seconds: float) -> str:
     """'compute 12 ms'; a time that rounds to 0 ms reads 'compute <1 ms' (the run took some)."""
     ms = f"{seconds * 1000:.0f}"
@@ -124,12 +129,12 @@ class ComputeFigures:
     def _on_result(self, result) -> None:
         if result is None:
             run = self.state.long.run  # a long text: its tokens are in the long view
-            self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
+            self.tokens_label.setText(tokens(run.patterns.T if run is not None else 0))
             # (no result: no time either, not the last text's or the last model's)
             self.time_label.setText(compute_text(run.result.compute_s) if run is not None else "")
             self.time_label.setToolTip(TIME_TIP)
             return
-        self.tokens_label.setText(f"{len(result.tokens)} tokens")
+        self.tokens_label.setText(tokens(len(result.tokens)))
         text, tip = time_text(result)
         self.time_label.setText(text)
         self.time_label.setToolTip(tip)
@@ -141,7 +146,7 @@ class ComputeFigures:
         if p is None or self.state.model is None:
             return
         k, n = p.result.attentions.shape[0], self.state.model.config.n_layer
-        self.tokens_label.setText(f"{len(p.result.tokens)} tokens")
+        self.tokens_label.setText(tokens(len(p.result.tokens)))
         rest = f"layer {k}" if k == n - 1 else f"layers {k}\u2013{n - 1}"
         self.time_label.setText(f"computing {rest}\u2026")
         self.time_label.setToolTip(TIME_TIP)

@@ -15,8 +15,11 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
+from attnviz.ui.views.compute_figures import tokens
 from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
-from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar, update_bar
+from attnviz.ui.views.grid_items import (
+    HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
+)
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -123,6 +126,7 @@ class FocusView(QWidget):
         self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
         self.gw.addItem(self.cbar, row=0, col=1)
+        self.no_model = NoModel(state, self.cbar, then=self.refresh)  # no bar, the title says why
         self.overlay = pg.ScatterPlotItem(pxMode=False, symbol="s", size=0.8,
                                           pen=pg.mkPen("#ff4081", width=2), brush=None)
         self.overlay.setZValue(2)
@@ -243,7 +247,7 @@ class FocusView(QWidget):
         self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
                            + (f" · KV {kv}" if gqa else "")
                            + (f" · {html.escape(badge)}" if badge else "") + share
-                           + f" · {html.escape(st.model_name)} · {T} tokens · rows: query, columns: key")
+                           + f" · {html.escape(st.model_name)} · {tokens(T)} · rows: query, columns: key")
 
     def _draw_window(self, layer: int, T: int) -> None:
         """The sliding window's edge on a local layer, once the text is longer than the window."""
@@ -258,6 +262,8 @@ class FocusView(QWidget):
         self.window_line.setVisible(bool(edge))
 
     def _empty_text(self) -> str:
+        if self.state.model is None and self.state.result is None:
+            return html.escape(no_model_text(self.state))  # (the title is rich text; a path may hold '<')
         if self.state.long.run is not None:
             return ("A long text: its focused head is the large pane of the long view, beside the "
                     "grid (zoom there for the exact weights).")

@@ -27,7 +27,7 @@ from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.grid_items import (
-    HeadOutline, Label, MosaicImage, colour_bar, place_bands, place_titles, update_bar,
+    HeadOutline, Label, MosaicImage, NoModel, colour_bar, place_bands, place_titles, update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
@@ -41,8 +41,8 @@ class HeatmapGrid(QWidget):
         self.state = state
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setToolTip("Hover a cell to read its weight; click a head to focus it; "
-                        "Shift+click a row to pick that query token in every head; Alt+click or "
-                        "right-click a head to switch it off")
+                        "Shift+click a row to pick that query token in every head; Alt+click a "
+                        "head to switch it off; right-click it for a menu of ways")
         self.gw = pg.GraphicsLayoutWidget()
         self.gw.setBackground(BACKGROUND)
         # the view paints every pixel itself with its opaque background: Qt need not fill the
@@ -65,6 +65,7 @@ class HeatmapGrid(QWidget):
         self.plot.addItem(self.img)
         self.cbar = colour_bar(state.colormap, self.font())
         self.gw.addItem(self.cbar, row=0, col=1)
+        self.no_model = NoModel(state, self.cbar, self.gw)  # an empty grid says why
 
         self.focus_rect = QGraphicsRectItem()
         pen = QPen(QColor(FOCUS), 2)

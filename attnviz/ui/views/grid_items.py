@@ -1,8 +1,8 @@
 """The graphics items of the heatmap mosaic (ui/views/grid.py) and the focus view: titles pinned to
 the mosaic and drawn unscaled (Label), placed with the KV-group bands as the mosaic's layout says
 (place_titles, place_bands), the mosaic's image item converted once per mosaic to
-premultiplied ARGB (MosaicImage, argb_table), the colour bar sized to its font (colour_bar), and
-the outline of the state's outlined heads (HeadOutline)."""
+premultiplied ARGB (MosaicImage, argb_table), the colour bar sized to its font (colour_bar), the
+outline of the state's outlined heads (HeadOutline) and what a view says with no model (NoModel)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,70 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt
 from PySide6.QtGui import (
     QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter, QPainterPath, QPen, QTransform,
 )
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
+from PySide6.QtWidgets import (
+    QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QLabel, QWidget,
+)
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import bar_ticks
 from attnviz.figures.style import BACKGROUND, TEXT, group_color
+from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.mosaic import tile_index
 
 HIGHLIGHT = QColor("#ffd400")  # outlined heads, the explained cell (not the focus colour)
+NO_MODEL = "No model is loaded: pick one in the Models menu, or File \u25b8 Open model\u2026"
+
+
+def no_model_text(state) -> str:
+    """What a view says while it has no model: the one on its way, or that none is loaded."""
+    return f"Loading {state.loading}\u2026" if state.loading else NO_MODEL
+
+
+class NoModel(QObject):
+    """While no model is loaded and no result shown (a failed first load, or before the first model
+    arrives) a view's colour bar is not drawn (it would scale nothing) and, given a `frame`, a line
+    over it says why it is empty; `then` is called when that changes (the focus view's title). Made
+    before the view's other slots, the bar is shown again before a result redraws it."""
+
+    def __init__(self, state, bar, frame: QWidget | None = None, then=None):
+        super().__init__(frame)  # (the view holds it)
+        self.state, self.bar, self.then = state, bar, None  # (`then` from the first change on)
+        self.label, self.shown = None, None
+        if frame is not None:
+            self.label = plain_label(QLabel(frame))  # (it may name a model's path)
+            self.label.setObjectName("no_model_note")
+            self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            self.label.setWordWrap(True)
+            self.label.setStyleSheet(f"color: {TEXT}; background: {BACKGROUND}; padding: 12px;")
+            frame.installEventFilter(self)
+        state.sigModelChanged.connect(self.follow)
+        state.sigLoadingChanged.connect(self.follow)
+        state.sigResultChanged.connect(self.follow)
+        self.follow()
+        self.then = then
+
+    def eventFilter(self, obj, ev) -> bool:
+        if ev.type() == QEvent.Type.Resize and self.label is not None:
+            self.label.setGeometry(obj.rect())
+        return False
+
+    def follow(self, *_) -> None:
+        none = self.state.model is None and self.state.result is None
+        shown = (none, no_model_text(self.state))
+        if shown == self.shown:
+            return  # (a result on a result: nothing to change)
+        self.shown = shown
+        self.bar.setOpacity(0.0 if none else 1.0)  # (not hidden: its room in the layout stays)
+        if self.label is not None:
+            self.label.setText(shown[1])
+            self.label.setVisible(none)
+            self.label.raise_()
+        if self.then is not None:
+            self.then()
 
 
 class HeadOutline:

@@ -58,6 +58,8 @@ class GuideBar(QWidget):
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         state.sigGuideChanged.connect(self._on_guide)
         state.sigComputeReported.connect(self._on_compute_failed)
+        state.sigLoadReported.connect(lambda *_: self.sample is not None and self.state.model is None
+                                      and not self.state.loading and self._no_guide("No model is loaded"))
         self._on_text(state.text)
 
     def _fit(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from attnviz.engine.reading.memory_budget import chosen_by_command_line
 from attnviz.ui.machinery import settings as remembered
-from attnviz.ui.views.notices import sentence, status_line
+from attnviz.ui.views.notices import sentence, show_status
 
 
 def report_load(w, source: str, outcome: str, message: str) -> None:
@@ -30,7 +30,7 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
     else:
         w.pending_view = None
         stopped = f"Stopped loading {source}; {what_stays(w.state)}."
-        w.statusBar().showMessage(status_line(w.statusBar(), stopped), 8000)
+        show_status(w.statusBar(), stopped, 8000)
 
 
 def open_instead(w, source: str, message: str, fallback: str) -> None:

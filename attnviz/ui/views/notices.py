@@ -5,7 +5,7 @@ surrogates replaced). The two notices are views of AppState; the window writes t
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
@@ -26,6 +26,21 @@ def status_line(bar: QStatusBar, message: str) -> str:
     right = min((c.x() for c in shown), default=bar.width())
     room = max(right - 16, 40)
     return bar.fontMetrics().elidedText(str(message), Qt.TextElideMode.ElideRight, room)
+
+
+def show_status(bar: QStatusBar, message: str, msecs: int) -> None:
+    """`message` in the status bar for `msecs`, cut as status_line cuts it; cut again once the bar
+    is laid out, since the figures at its right may move as the same event shows or hides them (a
+    failed load hides the load box: measured before, the message had a few letters' room)."""
+    shown = status_line(bar, message)
+    bar.showMessage(shown, msecs)
+
+    def again() -> None:
+        if bar.currentMessage() == shown:
+            better = status_line(bar, message)
+            if better != shown:
+                bar.showMessage(better, msecs)
+    QTimer.singleShot(0, bar, again)
 
 
 class Notices(QObject):
@@ -77,8 +92,8 @@ class Notices(QObject):
             T = len(result.tokens)
             model = self.state.model
             max_pos = model.config.max_positions if model is not None else T
-            lines.append(f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at "
-                         f"most {max_pos} positions, so only the first {T} are shown.")
+            lines.append(f"Text is {result.n_tokens_full:,} tokens; {self.state.model_name} reads at "
+                         f"most {max_pos:,} positions, so only the first {T:,} are shown.")
         st = self.state
         notice = result.notice if result is not None else None
         if result is not None and not notice and result.text == st.text:

@@ -1,0 +1,41 @@
+"""With the first key hidden, a decoder's first query has no other key: its renormalised row is
+0/0, undefined. Every export says so alike: NaN in .npy, empty cells in CSV, null in JSON, and the
+figure leaves the row blank (with a note) where the other rows are coloured; the numbers were
+written as zeros, which read as a row that attends nowhere."""
+
+import csv
+import io
+import json
+
+import numpy as np
+from PySide6.QtGui import QColor
+
+from attnviz.figures import heatmaps
+from attnviz.figures.data import csv_text, json_text, make_view, npy_bytes
+
+TEXT = "abcabcab"
+
+
+def test_the_first_row_of_a_decoder_is_undefined_in_every_export(qapp, toy):
+    run = toy.run(TEXT)  # <|endoftext|> first: every query attends to it
+    T = len(run.tokens)
+    view = make_view(run, model="toy", scope="head", layer=0, head=0, hide_first=True)
+    arr = np.load(io.BytesIO(npy_bytes(view)), allow_pickle=False)
+    assert arr.shape == (T, T - 1) and np.isnan(arr[0]).all() and not np.isnan(arr[1:]).any()
+    np.testing.assert_allclose(arr[1:].sum(-1), 1, atol=1e-5)
+    rows = list(csv.reader(io.StringIO(csv_text(view))))
+    assert rows[1] == [run.labels[0]] + [""] * (T - 1)
+    assert all(cell != "" for cell in rows[2][1:])
+    doc = json.loads(json_text(view))
+    assert doc["weights"][0] == [None] * (T - 1) and None not in doc["weights"][1]
+    layer = make_view(run, model="toy", scope="layer", layer=0, hide_first=True)
+    long_rows = list(csv.reader(io.StringIO(csv_text(layer))))[1:]
+    assert {r[-1] for r in long_rows if r[2] == "0"} == {""}
+    assert "" not in {r[-1] for r in long_rows if r[2] != "0"}
+    # the figure: the first row blank (the background), the second row's first cell coloured
+    image, lay = heatmaps.render_image(view, 600)
+    (box,) = lay.panels
+    at = lambda q, k: QColor(image.pixel(int(box.x + (k + 0.5) * box.cell), int(box.y + (q + 0.5) * box.cell)))  # noqa: E731
+    assert all(at(0, k).name() == "#ffffff" for k in range(T - 1))
+    assert at(1, 0).name() != "#ffffff"
+    assert any("a row with no other key left blank" in text for text, _f, _c in lay.header_lines)
