@@ -166,3 +166,10 @@ def test_cli_writes_a_large_batch_with_separators_as_the_tab_does(capsys):
     assert "batch 1,000" in out.splitlines()[0] and "batch of 1,000" in out, out
     assert "x batch 1,000" in out.split("MHA / as given / MQA")[1].splitlines()[1]
     assert "1000" not in out.replace("1,000", ""), out
+
+
+def test_the_command_line_writes_one_token_as_the_tab_does(capsys):
+    assert main(["calc", "--preset", "gemma-2-9b", "--seq-len", "1", "--batch", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "sequence of 1 token " in out and "at 1 token x batch 1,000" in out, out
+    assert "1 tokens" not in out, out

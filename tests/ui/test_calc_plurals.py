@@ -48,12 +48,3 @@ def test_one_layer_is_singular(calc_panel):
     assert "attention, 1 layer: " in params, params
     assert "1 layers" not in params + flops + plain(calc_panel.kv_label.text()), (params, flops)
     assert ", 1 layer, W_O included" in flops, flops
-
-
-def test_the_command_line_writes_one_token_as_the_tab_does(capsys):
-    from attnviz.cli import main
-
-    assert main(["calc", "--preset", "gemma-2-9b", "--seq-len", "1", "--batch", "1000"]) == 0
-    out = capsys.readouterr().out
-    assert "sequence of 1 token " in out and "at 1 token x batch 1,000" in out, out
-    assert "1 tokens" not in out, out
