@@ -114,27 +114,23 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
         return _guide_find(sample, result, off)
     if scores is None:
         scores = H.score_result(result, unknown_ids=unknown_ids)
-    gone = ""  # what the heads switched off would have shown
-    for role in sample.roles:
-        cleared, note = _on_and_off(scores, role, off)
-        gone += note
-        if cleared:
-            l, h, s = cleared[0]
-            return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
-                         f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
-                         f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
-                         + _relabelled(cleared, scores, role) + ("." if gone else "") + gone)
+    role, cleared, gone = _first_cleared(scores, sample.roles, off)  # gone: what those off would show
+    if cleared:
+        l, h, s = cleared[0]
+        return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
+                     f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
+                     f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
+                     + _relabelled(cleared, scores, role) + ("." if gone else "") + gone)
     looked = " or ".join(_head_kind(r) for r in sample.roles)
-    for role in sample.closest:
-        cleared, note = _on_and_off(scores, role, off)
-        gone += note
-        if cleared:
-            l, h, s = cleared[0]
-            return Guide(l, h, False, f"No {looked} head on this sample"
-                         f"{', of the heads still on' if off else ''}; the closest: "
-                         f"{head_title(l, h)}, {_a(_head_kind(role))} head (strength {s:.2f}, score "
-                         f"{scores.scores[role][l, h]:.2f}, chance {scores.chance[role][l, h]:.2f})."
-                         + gone)
+    role, cleared, more = _first_cleared(scores, sample.closest, off)
+    gone += more
+    if cleared:
+        l, h, s = cleared[0]
+        return Guide(l, h, False, f"No {looked} head on this sample"
+                     f"{', of the heads still on' if off else ''}; the closest: "
+                     f"{head_title(l, h)}, {_a(_head_kind(role))} head (strength {s:.2f}, score "
+                     f"{scores.scores[role][l, h]:.2f}, chance {scores.chance[role][l, h]:.2f})."
+                     + gone)
     first = sample.roles[0]
     # (the roles the unknown-token notice names are not labelled: the notice says so once)
     rest = [r for r in (*sample.roles[1:], *sample.closest) if not (scores.notice and r in H.IDENTITY_ROLES)]
@@ -148,6 +144,18 @@ def switched_off(result) -> set:
     """The heads whose output `result`'s run replaced (zero- or mean-ablated): {(layer, head)}."""
     edits = getattr(getattr(result, "trace", None), "edits", None) or ()
     return {(e.layer, e.head) for e in edits if isinstance(e, ReplaceHead)}
+
+
+def _first_cleared(scores, roles, off: set) -> tuple[str | None, list, str]:
+    """The first of `roles` a head still on clears, with those heads (_on_and_off's), and the notes
+    on the heads switched off of each role looked at: (role or None, heads, notes)."""
+    gone = ""
+    for role in roles:
+        cleared, note = _on_and_off(scores, role, off)
+        gone += note
+        if cleared:
+            return role, cleared, gone
+    return None, [], gone
 
 
 def _on_and_off(scores, role: str, off: set) -> tuple[list, str]:
