@@ -35,3 +35,30 @@ def test_find_keeps_its_tokens_or_proposes_anew(qtbot, minilm):
     find.find_from.setEditText("are")  # typed for another text, never entered
     state.set_result(minilm.run(NAMES + " them"))
     assert "not in the text" not in find.find_status.text() and find.hits
+
+
+def test_a_picked_occurrence_is_not_swapped_for_another_that_moved_to_its_place(qtbot, minilm):
+    """The second 'John' picked as the key, then words put before the text: the first 'John' now
+    stands where the second stood. Find does not answer about that one under the same box text;
+    a token that occurs more than once is proposed anew (its box shows which)."""
+    from attnviz.ui.panels.find_panel import FindPanel
+
+    state = AppState()
+    find = FindPanel(state, shown=lambda: True)
+    qtbot.addWidget(find)
+    state.set_model(minilm)
+    state.set_result(minilm.run(NAMES))
+    second = [i for i, lab in enumerate(state.result.labels) if lab == "john"][1]
+    find.set_find(f"to@{len(state.result.labels) - 2}", f"john@{second}")
+    state.set_result(minilm.run("Yesterday after a long lunch, " + NAMES))
+    r = state.result
+    johns = [i for i, lab in enumerate(r.labels) if lab == "john"]
+    assert johns[0] == second  # (the first 'John' has moved to where the second stood)
+    assert find.find_to.currentText() != f"john@{second}", find.find_to.currentText()
+
+
+def test_a_box_holding_a_superscript_position_is_read_as_a_token_not_a_crash(minilm):
+    from attnviz.ui.panels.find_panel import same_token
+
+    r = minilm.run(KEYS)
+    assert same_token(r, "x@\u00b2") is None

@@ -25,6 +25,7 @@ from attnviz.engine.analysing import find as F
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
+from attnviz.figures.view import same_prefix
 from attnviz.ui.panels.roles_views import Decimals, num_item
 from attnviz.ui.views.column_fit import ColumnFit
 from attnviz.ui.views.fields import plain_label
@@ -36,13 +37,15 @@ SPECIFICITY = ("specificity: the head's weight from the query to the key minus t
                "weight: it says nothing about this query.")
 
 
-def same_token(result, text: str) -> int | None:
+def same_token(result, text: str, before=None) -> int | None:
     """Where the token a box holds ('are', or 'are@6' as the lists write it) is in `result`: at its
-    position while that still holds it, else where it occurs once; None where it is not (or more
-    than once)."""
+    position while that is the same token after the same tokens as in `before` (the result the box
+    was filled from: a text changed before it may have moved another occurrence there), else where
+    it occurs once; None where it is not (or more than once)."""
     label, at, pos = text.rpartition("@")
-    if at and pos.isdigit():
-        if int(pos) < len(result.labels) and result.labels[int(pos)] == label:
+    if at and pos.isascii() and pos.isdigit():  # (str.isdigit alone takes '²', which int() refuses)
+        if (int(pos) < len(result.labels) and result.labels[int(pos)] == label
+                and same_prefix(before, result, int(pos) + 1)):
             return int(pos)
         text = label
     try:
@@ -58,6 +61,7 @@ class FindPanel(QWidget):
         """`shown`: whether Find is on screen now (its host knows: the tab it sits in, the dock)."""
         super().__init__(parent)
         self.state = state
+        self._filled_from = None  # the result the token lists were last filled from
         self.shown = shown
         self.hits: list[F.HeadHit] = []
         self._find_q = None  # the query position of the hits shown
@@ -113,7 +117,8 @@ class FindPanel(QWidget):
         (at the same place, else where it occurs once), else Find proposes anew: the query token,
         or the last, from the first token. A token typed for another text never opens on an error."""
         self._stale = False
-        r = self.state.text_result
+        r, before = self.state.text_result, self._filled_from
+        self._filled_from = r
         old = (self.find_from.currentText(), self.find_to.currentText())
         for box in (self.find_from, self.find_to):
             box.blockSignals(True)
@@ -125,9 +130,9 @@ class FindPanel(QWidget):
             self._show_hits(None)
             return
         T = len(r.labels)
-        q = self.state.query_pos if self.state.query_pos is not None else same_token(r, old[0])
+        q = self.state.query_pos if self.state.query_pos is not None else same_token(r, old[0], before)
         q = q if q is not None and 0 <= q < T else T - 1
-        k = same_token(r, old[1])
+        k = same_token(r, old[1], before)
         model = self.state.model
         if k is None or (k > q and (model is None or model.config.causal)):  # (a key the query sees)
             k = 0
