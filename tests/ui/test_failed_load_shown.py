@@ -6,6 +6,8 @@ forever. A model shown before the failed load stays, with its views."""
 
 from PySide6.QtCore import QSettings
 
+from attnviz.engine.analysing.samples import SAMPLES
+
 from windows import WAIT, drain_events, open_window, widget
 
 JUNK = b"not a model at all " * 20
@@ -34,6 +36,10 @@ def test_a_failed_first_load_says_what_is_missing(qtbot, tmp_path):
     answer = w.guide_bar.answer.text()
     assert "No model is loaded" in answer and "Finding" not in answer
     assert not w.guide_bar.show_button.isEnabled()
+    w.state.set_text(SAMPLES[1].text)  # another sample: still no model, so no head is being found
+    drain_events()
+    answer = w.guide_bar.answer.text()
+    assert w.guide_bar.isVisible() and "No model is loaded" in answer and "Finding" not in answer, answer
 
 
 def test_a_failed_load_keeps_the_model_shown_and_its_views(qtbot, tmp_path):

@@ -20,6 +20,7 @@ from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.analysing.samples import Guide, sample_for_text, switched_off
 from attnviz.figures.style import GOOD, WARNING
 from attnviz.ui.views.fields import rich_label
+from attnviz.ui.views.grid_items import no_model_text
 
 
 SHOW_TIP = "Focus the head that shows this best in the loaded model"
@@ -58,8 +59,9 @@ class GuideBar(QWidget):
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         state.sigGuideChanged.connect(self._on_guide)
         state.sigComputeReported.connect(self._on_compute_failed)
-        state.sigLoadReported.connect(lambda *_: self.sample is not None and self.state.model is None
-                                      and not self.state.loading and self._no_guide("No model is loaded"))
+        # (without a model the answer says what the views say: one on its way, or none loaded)
+        for sig in (state.sigLoadReported, state.sigLoadingChanged):
+            sig.connect(lambda *_: self.sample is not None and self.state.model is None and self._forget())
         self._on_text(state.text)
 
     def _fit(self) -> None:
@@ -84,6 +86,9 @@ class GuideBar(QWidget):
         self.current = self._shown = None
         self._asked = None
         self.state.drop_guide()
+        if self.state.model is None and self.state.result is None:
+            self._no_guide(no_model_text(self.state))
+            return
         self._show_off("Finding the head in this model…")
         self.answer.setToolTip("")
         self.answer.setText("<i>Finding the head in this model…</i>")
