@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Weight-space scores (no text), norm gains folded in as TransformerLens' "
                     "fold_ln does: copying [layer][head] = Re(sum of eigenvalues) / sum of |eigenvalues| "
                     "of W_E W_V W_O W_U; composition q, k, v [earlier layer][earlier head][later "
-                    f"layer][later head]; with --head and --token, ov_top. {ROPE_NOTE}.")
+                    f"layer][later head]; with --head and --token, ov_top. For a model with RoPE: {ROPE_NOTE}.")
     add_model(p)
     p.add_argument("--head", metavar="L.H", help="head for ov_top, e.g. 3.1 (with --token)")
     p.add_argument("--token", metavar="TOK",
@@ -121,10 +121,12 @@ def parse_head(text: str, n_layer: int, n_head: int) -> tuple[int, int]:
 
 def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
     doc = {
-        "model": model.name, "note": ROPE_NOTE, "order": ORDER,
+        "model": model.name, "order": ORDER,
         "copying": None if circ.copying is None else circ.copying.tolist(),
         "composition": {mode: circ.composition[mode].tolist() for mode in C.MODES},
     }
+    if model.config.rope is not None:  # (a model without RoPE has nothing left out: no note, as the tab)
+        doc["note"] = ROPE_NOTE
     if circ.copying is None:
         doc["no_copying"] = circ.no_copying
     if ov is not None:
@@ -147,7 +149,7 @@ def cmd_circuits(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    print(f"{model.name}: {ROPE_NOTE}")
+    print(f"{model.name}: {ROPE_NOTE}" if "note" in doc else model.name)
     if circ.copying is None:
         print(f"copying: none ({circ.no_copying})")
     else:

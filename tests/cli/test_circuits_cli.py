@@ -70,7 +70,17 @@ def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(cli):
         np.testing.assert_allclose(doc["composition"][mode], comp[mode])
     assert [row["id"] for row in doc["ov_top"]] == [i for i, _, _ in C.ov_top(model, 1, 2, 7)]
     assert set(doc["ov_top"][0]) == {"id", "token", "value"}
-    assert "ignore RoPE" in doc["note"]
+    assert "note" not in doc  # (GPT-2 has no RoPE: the scores leave nothing out)
+
+
+def test_circuits_note_the_rope_they_leave_out_only_for_a_model_with_rope(cli):
+    """The same rule as the Circuits tab: the RoPE caveat for a rotary model, none for GPT-2."""
+    rc, out, _ = cli("circuits", "--model", str(FIXTURES / "llama_gqa"), "--json")
+    assert rc == 0 and "ignore RoPE" in json.loads(out)["note"]
+    rc, out, _ = cli("circuits", "--model", str(FIXTURES / "llama_gqa"))
+    assert rc == 0 and "ignore RoPE" in out.splitlines()[0]
+    rc, out, _ = cli("circuits", "--model", GPT2)
+    assert rc == 0 and "RoPE" not in out
 
 
 def test_circuits_without_a_head_prints_the_copying_map(cli):
