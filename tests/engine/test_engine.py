@@ -1,6 +1,7 @@
 """Engine invariants, bad inputs and bad files. No Qt here."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -228,12 +229,34 @@ def test_a_file_named_like_a_pickle_is_told_by_its_first_bytes(tmp_path):
     for name, data, said in (("model.bin", b"PK\x03\x04" + bytes(60), "is a PyTorch pickle checkpoint"),
                              ("model.pt", b"\x80\x04\x95" + bytes(60), "is a PyTorch pickle checkpoint"),
                              ("model.bin", bytes(range(7, 100)), "is not a model file attnviz can read"),
-                             ("model.ckpt", b"", "is not a model file attnviz can read")):
+                             ("model.ckpt", b"", "is not a model file attnviz can read"),
+                             # (a 0x80 first byte alone is no pickle: a safetensors header of 128 bytes)
+                             ("w.bin", (128).to_bytes(8, "little") + b'{"x": 1}', "looks like safetensors"),
+                             ("w.bin", b"\x80\x00" + bytes(60), "is not a model file attnviz can read")):
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(ModelLoadError, match=f"^{name} {said}"):
             load_model(path)
         path.unlink()
+
+
+def test_a_gguf_file_named_like_a_pickle_is_opened_as_gguf(tmp_path):
+    """resolve() looks at a .bin's first bytes before calling it anything: a GGUF file is a GGUF."""
+    from attnviz.engine.reading.registry import resolve
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(60))
+    assert resolve(path)[1] == path
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_pickle_named_fifo_is_refused_by_its_kind_not_called_a_non_checkpoint(tmp_path):
+    from attnviz.engine.reading.weights import refuse_pickle
+
+    fifo = tmp_path / "x.pt"
+    os.mkfifo(fifo)
+    message = str(refuse_pickle(fifo))
+    assert "not a PyTorch checkpoint" not in message and "x.pt" in message, message
 
 
 def test_unknown_name():

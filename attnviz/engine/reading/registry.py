@@ -328,7 +328,7 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     if path.exists():
         if path.is_dir():
             path = gguf_in_folder(path)
-        if path.is_file() and path.suffix in PICKLE_SUFFIXES:
+        if path.is_file() and path.suffix in PICKLE_SUFFIXES and not is_gguf(path):  # (a GGUF named .bin)
             raise refuse_pickle(path)
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
             if _same(path, smollm2_file()):  # the bundled file: named as when opened by name

@@ -45,20 +45,28 @@ def available_memory() -> int | None:
 
 
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since PyTorch 1.6: a zip holding the pickle
-PICKLE_PROTO = b"\x80"  # a pickle of protocol 2 or later starts with its PROTO opcode
+PICKLE_PROTO = 0x80  # a pickle of protocol 2 or later starts with its PROTO opcode, then the protocol
+HEAD_BYTES = 9  # what refuse_pickle reads: a safetensors header's 8-byte length and its '{'
 
 
 def refuse_pickle(path: Path) -> ModelLoadError:
     """The error for a file named like a pickle checkpoint (.bin, .pt, ...): the conversion advice
-    where its first bytes are torch.save's zip or a pickle, else that it is not a model file at all.
-    Only those bytes are read, from a regular file only (a FIFO would block)."""
+    where its first bytes are torch.save's zip or a pickle's protocol opcode, a hint where they are
+    a safetensors header, else that it is not a model file at all. Only those bytes are read, from
+    a regular file only (a FIFO would block); a file that cannot be read says why."""
     try:
         with open(regular_file(path), "rb") as fh:
-            head = fh.read(len(ZIP_MAGIC))
-    except (OSError, ModelLoadError):
-        head = b""
-    if head.startswith(ZIP_MAGIC) or head.startswith(PICKLE_PROTO):
+            head = fh.read(HEAD_BYTES)
+    except OSError as exc:
+        return cannot_read(path, exc)
+    except ModelLoadError as exc:  # (not a regular file: its kind)
+        return exc
+    if head.startswith(ZIP_MAGIC) or (len(head) > 1 and head[0] == PICKLE_PROTO and 2 <= head[1] <= 5):
         return ModelLoadError(f"{path.name} is a PyTorch pickle checkpoint. {CONVERT_HINT}")
+    if len(head) == HEAD_BYTES and head[8:] == b"{":
+        return ModelLoadError(
+            f"{path.name} looks like safetensors weights under another name: attnviz opens a model "
+            "folder holding config.json and its weights named .safetensors")
     return ModelLoadError(
         f"{path.name} is not a model file attnviz can read: it is not a PyTorch checkpoint (neither "
         "torch.save's zip nor a pickle), a GGUF file or safetensors. attnviz opens a GGUF file "
