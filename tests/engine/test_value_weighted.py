@@ -76,3 +76,16 @@ def test_the_two_ways_to_a_heads_share_agree(minilm):
         an = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[layer], layer, r.attentions[layer])
         np.testing.assert_allclose(head_output_share_of_heads(an.head_out, an.w_o), r.head_share[layer],
                                    rtol=1e-4, atol=1e-6)
+
+
+def test_a_row_whose_other_keys_weigh_a_subnormal_total_is_renormalised_not_inf():
+    """A sink head's row: the first key takes almost all, the others a float32 subnormal in all.
+    Hiding the first key renormalises the rest to a finite row summing to 1 (1 / total overflowed,
+    giving inf and NaN, which JSON cannot hold)."""
+    from attnviz.engine.computing.patterns import key_totals, reweigh
+
+    att = np.array([[[1.0, 1e-41, 3e-41]]], np.float32)
+    keep = np.array([0.0, 1.0, 1.0], np.float32)
+    out = reweigh(att, keep, key_totals(att, keep))
+    assert np.isfinite(out).all(), out
+    np.testing.assert_allclose(out[0, 0], [0, 0.25, 0.75], rtol=1e-3)

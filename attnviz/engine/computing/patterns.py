@@ -37,9 +37,9 @@ def reweigh(att: np.ndarray, weights: np.ndarray, totals: np.ndarray) -> np.ndar
     rows) -> [..., n_q, n_k]: a_qk * w_k / total_q, a row whose total is 0 all zeros (never NaN).
     `att` may be a block of a row's keys: its totals are still the whole row's."""
     w = np.asarray(att, dtype=np.float32) * np.asarray(weights, dtype=np.float32)[..., None, :]
-    t = np.asarray(totals, dtype=np.float32)[..., None]
-    inv = np.divide(1.0, t, out=np.zeros_like(t), where=t > 0)
-    return np.multiply(w, inv, out=w)
+    t = np.broadcast_to(np.asarray(totals, dtype=np.float32)[..., None], w.shape)
+    # (w / t, not w * (1 / t): a subnormal total's inverse overflows to inf, and 0 * inf is NaN)
+    return np.divide(w, t, out=np.zeros_like(w), where=t > 0)
 
 
 def value_weighted(att: np.ndarray, norms: np.ndarray) -> np.ndarray:
