@@ -7,7 +7,8 @@ run, Why here?, a hover over the grid, the focus view, the token strip and each 
 after each, every label and tooltip in the window is read: each label says how its text is read (attnviz/ui/views/fields.py: plain_label or rich_label,
 so a new label cannot be left to Qt's guess), none read as rich text holds '<s>' unescaped, none
 shows an escape ('&lt;') as text, and the texts that quote a token show '<s>' (the sweep reached
-them)."""
+them). A second sweep reads what the first leaves shut: Compare with model B, a scan open in
+Corpus, the Export dialog, Predict's line of a changed run and the long view."""
 
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QHelpEvent
@@ -18,7 +19,10 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.tokenizer import TextTokenizer
-from windows import IOI, TOY, WAIT, drain_events, hover, hover_plot, open_window, shown_label, tip_shown
+from windows import (
+    IOI, TOY, WAIT, drain_events, hover, hover_plot, long_view_shown, open_window, shown_label, tip_shown,
+    toy_window,
+)
 
 MARK = "<s>"
 # the labels and the tooltips that quote a token, by where they are (_where): the sweep reads MARK in each
@@ -32,15 +36,26 @@ GRID = 12  # the hovers over each canvas: (GRID - 1)² points
 TEXT = MARK + IOI  # (the user's text quotes it too: the Patching tab's clean text)
 
 
-def _where(widget) -> str:
-    """The widget as its panel names it (FindPanel.find_status), else its object name or class."""
+def _named(widget) -> str | None:
+    """The widget as a widget above it names it (FindPanel.find_status), else None."""
     up = widget.parentWidget()
     while up is not None:
         name = next((k for k, v in vars(up).items() if v is widget), None)
         if name is not None:
             return f"{type(up).__name__}.{name}"
         up = up.parentWidget()
-    return widget.objectName() or type(widget).__name__
+    return None
+
+
+def _where(widget) -> str:
+    """The widget as its panel names it, else its object name, else its class in the nearest
+    widget named (a list's row: 'CorpusPanel.examples QLabel'), else its class."""
+    named = _named(widget) or widget.objectName()
+    up = widget.parentWidget()
+    while not named and up is not None:
+        named = _named(up) and f"{_named(up)} {type(widget).__name__}"
+        up = up.parentWidget()
+    return named or type(widget).__name__
 
 
 def _form_labels(w) -> set:
@@ -147,12 +162,33 @@ DRIVE = {"anatomy_dock": _anatomy, "patching_dock": _patching, "roles_dock": _fi
          "predict_dock": _predict, "generate_dock": _generate, "why_dock": _why}
 
 
-def test_no_label_or_tooltip_swallows_a_markup_like_token(qtbot, tmp_path, monkeypatch):
+def _marked(monkeypatch) -> list:
+    """Every token label starts with MARK (the window's, a scan's); -> the list that gains
+    (where, text) of each tooltip shown by hand (QToolTip.showText)."""
     real = TextTokenizer._labels
     monkeypatch.setattr(TextTokenizer, "_labels", lambda self, *a: [MARK + t for t in real(self, *a)])
     said = []
     monkeypatch.setattr(QToolTip, "showText",
                         lambda pos, text, by=None, *a: said.append((f"shown by {_where(by)}", text)))
+    return said
+
+
+def _hover_canvases(within: QWidget, hovered: list) -> None:
+    """The pointer over each of the canvases in `within` that follow it (not pyqtgraph's views):
+    `hovered` gains (where, tooltip) after each move."""
+    for canvas in within.findChildren(QWidget):
+        if canvas.hasMouseTracking() and canvas.isVisible() and not isinstance(canvas, QGraphicsView):
+            r = canvas.rect()
+            points = [QPoint(20, 6)] + [  # a title's first line (a map's hover reads it whole), a grid
+                QPointF(r.width() * fx / GRID, r.height() * fy / GRID).toPoint()
+                for fx in range(1, GRID) for fy in range(1, GRID)]
+            for at in points:
+                hover(canvas, at)
+                hovered.append((_where(canvas), canvas.toolTip()))
+
+
+def test_no_label_or_tooltip_swallows_a_markup_like_token(qtbot, tmp_path, monkeypatch):
+    said = _marked(monkeypatch)
     w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
     w.resize(1400, 1000)
     st = w.state
@@ -171,21 +207,97 @@ def test_no_label_or_tooltip_swallows_a_markup_like_token(qtbot, tmp_path, monke
         if name in DRIVE:
             DRIVE[name](w, qtbot)
             drain_events()
-        for canvas in dock.findChildren(QWidget):  # the panels' own canvases: a hover over each
-            if canvas.hasMouseTracking() and canvas.isVisible() and not isinstance(canvas, QGraphicsView):
-                r = canvas.rect()
-                points = [QPoint(20, 6)] + [  # a title's first line (a map's hover reads it whole), a grid
-                    QPointF(r.width() * fx / GRID, r.height() * fy / GRID).toPoint()
-                    for fx in range(1, GRID) for fy in range(1, GRID)]
-                for at in points:
-                    hover(canvas, at)
-                    hovered.append((_where(canvas), canvas.toolTip()))
+        _hover_canvases(dock, hovered)
         bad += _sweep(w, said + hovered, seen)
     w.patch_jobs.cancel()
     w.worker.wait_idle()
     bad = list(dict.fromkeys(bad))  # (a hover read again, the same line)
     assert not bad, f"{len(bad)} wrong:\n" + "\n".join(bad[:40])
     assert not REACHED - seen, f"the sweep never read {MARK!r} in {sorted(REACHED - seen)}"
+
+
+# what the first sweep leaves shut, reached by the second: each place where it reads MARK
+REACHED_LATER = {"tip ComparePanel.strip", "tip ComparePanel.tiles", "tip HeatmapGrid.gw",  # (A − B)
+                 "CorpusPanel.examples QLabel",
+                 "ExportDialog.error", "PredictPanel.delta_label", "LongView.key_strip", "LongView.readout"}
+
+
+def _scanned(root) -> str:
+    """A scan of TEXT by the toy decoder, in this process (its labels marked as the window's)."""
+    from attnviz.corpus.scan import scan
+
+    (root / "c.txt").write_text(TEXT + "\n" + IOI + "\n")
+    with open(root / "progress", "w") as progress:
+        scan(root / "out", TOY, root / "c.txt", batch=2, examples=2, in_process=True,
+             progress_stream=progress)
+    return str(root / "out")
+
+
+def test_compare_corpus_the_long_view_export_and_a_changed_run_keep_a_markup_like_token(
+        qtbot, tmp_path, monkeypatch):
+    """The places the first sweep leaves shut, on the same marked labels: Compare with model B
+    (its panel, its readouts, the grid showing A − B), a scan open in Corpus with a head's
+    examples listed, the Export dialog (its note while the grid shows A − B, its error quoting a
+    path), Predict's line of the change a head switched off makes, and the long view hovered."""
+    from attnviz.engine.analysing.effects import Ablation, is_changed
+    from attnviz.ui.export import ExportDialog
+    from attnviz.ui.machinery.compare_jobs import BSource
+    from attnviz.ui.panels.compare_menu import open_compare
+
+    said = _marked(monkeypatch)
+    scan_dir = _scanned(tmp_path)
+    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
+    w.resize(1400, 1000)
+    st, bad, seen, hovered = w.state, [], set(), []
+
+    def swept(dock_name=None, within=None) -> None:
+        within = within or (_raise(qtbot, w, dock_name) if dock_name else w)
+        _hover_canvases(within, hovered)
+        bad.extend(_sweep(w, said + hovered, seen))
+
+    st.set_focus(0, 1)
+    st.set_query(1)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
+                    and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    drain_events()
+    swept("compare_dock")
+    jobs.set_mode("A-B")
+    drain_events()
+    hover_plot(qtbot, w.grid.vb, w.grid.gw, *w.grid.cell_center(0, 1, 2, 1))
+    dialog = ExportDialog(st, w, w.settings, compare=jobs)
+    qtbot.addWidget(dialog)
+    (tmp_path / MARK).write_text("")  # a file where the export wants a folder: its error quotes the path
+    dialog.path_edit.setText(str(tmp_path / MARK / "x.csv"))
+    dialog.do_export()
+    dialog.show()
+    assert dialog.note.isVisible() and dialog.error.isVisible()
+    swept(within=dialog)
+    dialog.close()
+    jobs.close()
+    w.worker.wait_idle()
+
+    w.open_scan(scan_dir)
+    corpus = w.corpus_panel
+    qtbot.waitUntil(lambda: corpus.scan is not None, timeout=WAIT)
+    corpus.pick_head(0, 1)
+    qtbot.waitUntil(lambda: corpus.examples.count() > 0, timeout=WAIT)
+    swept("corpus_dock")
+
+    _raise(qtbot, w, "predict_dock")  # (its numbers are worked out while it is in sight)
+    st.effects.set_ablation(Ablation(heads=((0, 0),)))
+    panel = w.predict_panel
+    qtbot.waitUntil(lambda: is_changed(st.result) and panel.delta_label.text() != "", timeout=WAIT)
+    swept("predict_dock")
+
+    long = long_view_shown(w, qtbot, TEXT + " " + IOI * 3)
+    assert long.run.result.labels[0].startswith(MARK)
+    swept(within=w.grid_stack)
+    w.worker.wait_idle()
+    bad = list(dict.fromkeys(bad))
+    assert not bad, f"{len(bad)} wrong:\n" + "\n".join(bad[:40])
+    assert not REACHED_LATER - seen, f"the sweep never read {MARK!r} in {sorted(REACHED_LATER - seen)}"
 
 
 def test_a_refused_memory_budget_quotes_what_was_typed_as_typed(window, monkeypatch):
