@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "of W_E W_V W_O W_U; composition q, k, v [earlier layer][earlier head][later "
                     f"layer][later head]; with --head and --token, ov_top. For a model with RoPE: {ROPE_NOTE}.")
     add_model(p)
-    p.add_argument("--head", metavar="L.H", help="head for ov_top, e.g. 3.1 (with --token)")
+    p.add_argument("--head", metavar="HEAD", help="head for ov_top, e.g. 3.1 or 'L3 H1' (with --token)")
     p.add_argument("--token", metavar="TOK",
                    help="source token for ov_top: an id, a vocabulary string or a text that is one token")
     p.add_argument("--top", type=non_negative, default=10, metavar="K",
@@ -107,16 +107,16 @@ def cmd_qk(args) -> int:
 def parse_head(text: str, n_layer: int, n_head: int) -> tuple[int, int]:
     """`"3.1"` or `"L3 H1"` -> (3, 1), within the model's layers and heads; InputError in one line
     otherwise."""
-    from attnviz.engine.analysing.ablation import HEAD_FORMS, head_from_text
+    from attnviz.engine.analysing.ablation import HEAD_FORMS, check_head, head_from_text
 
     lh = head_from_text(text)
-    if lh is None:
-        raise InputError(f"--head {text!r}: give {HEAD_FORMS}")
-    layer, head = lh
-    if layer >= n_layer or head >= n_head:
-        raise InputError(f"--head {text}: this model has layers 0..{n_layer - 1} and heads "
-                         f"0..{n_head - 1}")
-    return layer, head
+    if lh is None:  # (the words the Ablation tab and --ablate use, after the option's name)
+        raise InputError(f"--head: head {text!r} is not {HEAD_FORMS}")
+    try:
+        check_head(*lh, n_layer, n_head)
+    except InputError as exc:
+        raise InputError(f"--head: {exc}") from None
+    return lh
 
 
 def circuits_report(model, circ: C.Circuits, ov=None) -> dict:

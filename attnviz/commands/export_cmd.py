@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="prediction, lens, dla: the query token (default: the last; negative from the end)")
     p.add_argument("--target", help="prediction, lens, dla: the target token (default: top-1)")
     p.add_argument("--alt", help="dla: the alternative token (default: the second)")
-    p.add_argument("--ablate", metavar="L.H[,L.H...]",
-                   help="prediction, lens, dla: switch these heads off first")
+    p.add_argument("--ablate", metavar="HEAD[,HEAD...]",
+                   help="prediction, lens, dla: switch these heads off first (e.g. 3.1 or 'L3 H1')")
     p.add_argument("--ablate-mode", choices=("zero", "mean"),
                    help="prediction, lens, dla: replace the switched-off heads' outputs by zero "
                         "(the default) or by their mean over the text's positions")

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="token for the DLA and the lens: an id, a vocabulary string or a text that is "
                         "one token (default: the clean run's top-1)")
     p.add_argument("--alt", metavar="TOKEN", help="the DLA's other token (default: the clean run's second)")
-    p.add_argument("--ablate", metavar="L.H[,L.H...]", help="heads to switch off, e.g. 3.1,5.0")
+    p.add_argument("--ablate", metavar="HEAD[,HEAD...]", help="heads to switch off, e.g. 3.1,5.0 or 'L3 H1,L5 H0'")
     p.add_argument("--ablate-mode", choices=A.MODES, default="zero",
                    help="replace the heads' outputs by zero or by their mean over this text's "
                         "positions (default: zero)")

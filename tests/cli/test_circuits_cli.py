@@ -93,7 +93,7 @@ def test_circuits_without_a_head_prints_the_copying_map(cli):
 @pytest.mark.parametrize("argv, words", [
     (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "5"), "needs its unembedding"),
     (("--model", GPT2, "--head", "0.0"), "--head and --token go together"),
-    (("--model", GPT2, "--head", "9.0", "--token", "5"), "--head 9.0: this model has layers 0..1"),
+    (("--model", GPT2, "--head", "9.0", "--token", "5"), "--head: head 9.0 is outside this model's layers 0..1"),
 ])
 def test_circuits_refusals_are_one_line(cli, argv, words):
     rc, out, err = cli("circuits", *argv)
@@ -106,3 +106,20 @@ def test_an_encoders_circuits_have_no_copying(cli):
     assert rc == 0
     doc = json.loads(out)
     assert doc["copying"] is None and "encoder" in doc["no_copying"]
+
+
+def test_circuits_head_is_read_and_refused_as_the_ablation_tab_reads_it():
+    """--head takes a head as every place a head is typed does, and refuses it in the same words."""
+    from attnviz.commands.circuits_cmd import parse_head
+    from attnviz.engine.analysing import ablation as A
+    from attnviz.engine.errors import InputError
+
+    for typed in ("18.6", "L18 H6", "L18H6", " l18 h6 "):
+        assert parse_head(typed, 30, 9) == (18, 6), typed
+    for typed, n_layer in (("18", 30), ("30.0", 30)):
+        with pytest.raises(InputError) as cli_said:
+            parse_head(typed, n_layer, 9)
+        with pytest.raises(InputError) as tab_said:
+            A.parse_heads(typed, n_layer, 9)
+        assert str(cli_said.value) == f"--head: {tab_said.value}"
+

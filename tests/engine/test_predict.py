@@ -185,15 +185,10 @@ def test_knockouts_and_heads_are_checked():
 
 
 def test_a_head_is_read_as_the_window_names_it_or_as_layer_dot_head():
-    from attnviz.commands.circuits_cmd import parse_head
-
     for typed in ("18.6", "L18 H6", "L18H6", " l18 h6 ", "18 . 6"):
         assert A.head_from_text(typed) == (18, 6), typed
-        assert parse_head(typed, 30, 9) == (18, 6), typed
     for typed in ("18", "L18", "H6", "18.6.1", "L18 6", "-1.2", ""):
         assert A.head_from_text(typed) is None, typed
-    with pytest.raises(InputError, match=r"give LAYER\.HEAD or L<layer> H<head>"):
-        parse_head("18", 30, 9)
     assert A.parse_heads("L1 H2,0.3", 4, 4) == [(1, 2), (0, 3)]
 
 
