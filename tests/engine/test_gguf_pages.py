@@ -78,3 +78,57 @@ def test_a_tensor_released_again_and_again_is_released_once_by_release_again(tmp
     monkeypatch.setattr(G, "release_pages", lambda region: calls.append(region.nbytes))
     ts.release_again()
     assert len(calls) == 2
+
+
+def _lazy_model(tmp_path, monkeypatch):
+    """A Q4_1 file loaded lazily (each layer read when a run first needs it), with no kernel warm-up
+    reading the layers' views on a thread of its own: only the runs read the file."""
+    from attnviz.engine.computing import load
+
+    monkeypatch.setattr(load, "warm_kernels", lambda model, extras: None)
+    monkeypatch.setattr(load, "warm_few_rows_meanwhile", lambda qtypes: None)
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q4_1.gguf", cfg, tensors, Q.Q4_1).resolve()
+    model = load.load_gguf(path, eager=False)
+    assert model.weights.packed_types
+    return model, path
+
+
+def test_runs_of_a_lazy_load_leave_no_page_of_a_packed_tensor_mapped(tmp_path, kernels, monkeypatch):
+    """A lazy load never calls release_again: each layer read after it (its packed view, a run's W_O
+    read alone for the value norms) lets go again of the released tensors around it that the read
+    mapped back."""
+    from attnviz.engine.computing.request import RunRequest
+
+    model, path = _lazy_model(tmp_path, monkeypatch)
+    for text in ("1, 2, 3, 4", "1, 2, 3, 5"):  # (token ids: the file has no tokenizer)
+        assert model.run(text, request=RunRequest(values=True)).value_norms is not None
+    reader = open_gguf(path)
+    packed = {t.name: range(t.data_offset // 4096, (t.data_offset + t.n_bytes - 1) // 4096 + 1)
+              for t in reader.tensors if t.name.startswith("blk.") and t.tensor_type == Q.Q4_1}
+    del reader
+    mapped = _mapped_pages(path)
+    assert mapped, "the file is mapped (the embedding is read from it)"
+    held = {name: sorted(mapped.intersection(pages)) for name, pages in packed.items()}
+    assert not any(held.values()), {n: p for n, p in held.items() if p}
+
+
+def test_the_pages_released_per_run_do_not_grow_over_runs(tmp_path, kernels, monkeypatch):
+    """Each value-weighted run reads every layer's W_O alone and lets go of it and its released
+    neighbours: the same few release_pages calls a run, however many runs came before (never a walk
+    over every released tensor per read)."""
+    from attnviz.engine.computing.request import RunRequest
+    from attnviz.engine.reading import gguf_tensors as G
+
+    model, _ = _lazy_model(tmp_path, monkeypatch)
+    request = RunRequest(values=True)
+    model.run("1, 2, 3, 4", request=request)  # (the layers' views read; token ids: no tokenizer)
+    calls, real = [], G.release_pages
+    monkeypatch.setattr(G, "release_pages", lambda region: calls.append(region.nbytes) or real(region))
+    per_run = []
+    for n in range(6):
+        before = len(calls)
+        model.run(f"1, 2, 3, {5 + n % 3}", request=request)  # one new row each
+        per_run.append(len(calls) - before)
+    n_layer = model.config.n_layer
+    assert per_run == [per_run[0]] * 6 and n_layer <= per_run[0] <= 2 * n_layer, per_run

@@ -3,7 +3,8 @@
 The repeated-random probe that these scores are usually read on is in probes.py, beside the
 template probes; Find (which heads send one token to another) is in find.py; the detection
 patterns and the scores read on them (mul_score, chance_score, distance, entropy) are in
-head_patterns.py.
+head_patterns.py; the sums a pattern too large to hold is scored from, row block by row block, are
+in head_sums.py.
 
 Everything here is pure NumPy on `attentions [n_layer, n_head, T, T]` (rows sum to 1,
 `attentions[l, h, q, k]` = weight from query q to key k) and token ids `[T]`.
@@ -36,6 +37,7 @@ from attnviz.engine.analysing.head_patterns import (
     IDENTITY_ROLES, ROLES, chance_score, detection_pattern, detection_rows, entropy, mean_distance,
     mul_score, per_layer, row_coverage,
 )
+from attnviz.engine.analysing.head_sums import EXCLUDING, RowSums
 
 # descriptive numbers shown beside the role scores (no label, no threshold)
 METRICS = ("distance", "entropy")
@@ -247,7 +249,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
         if stop is not None and stop():
             raise Cancelled("newer head scores are asked for")
         d = detection_pattern(role, ids, unknown)
-        opts = excl if role in ("previous", "next", "duplicate", "induction") else {}
+        opts = excl if role in EXCLUDING else {}
         scores[role] = mul_score(attentions, d, **opts)
         chance[role] = per_layer(lambda a: chance_score(a, d, allowed, **opts), attentions)
         share, rows = row_coverage(d)
@@ -359,81 +361,6 @@ def unknown_token_ids(model) -> frozenset:
 
 # ---------------------------------------------------------------- scores streamed over row blocks
 
-class _RowSums:
-    """The sums score_heads reads, gathered over row blocks: per role the mass on its cells and the
-    chance score's numerator, the masses with and without exclusions, distance and entropy."""
-
-    def __init__(self, n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token):
-        self.ids, self.unknown, self.causal = np.asarray(ids), unknown, causal
-        self.bos, self.cur = exclude_bos, exclude_current_token
-        self.T = len(self.ids)
-        z = lambda: np.zeros((n_layer, n_head))  # noqa: E731
-        self.num = {r: z() for r in ROLES}
-        self.chance_num = {r: z() for r in ROLES}
-        self.den = {True: z(), False: z()}  # with the exclusions, without
-        self.distance, self.entropy = z(), z()
-        self._cells = {}  # (a, b) -> per role (cell rows, cell keys, frac [m] plain, frac excluded)
-
-    def _block_cells(self, a, b):
-        if (a, b) in self._cells:
-            return self._cells[(a, b)]
-        T, m = self.T, b - a
-        q = np.arange(a, b)[:, None]
-        keys = (np.arange(T)[None, :] <= q) if self.causal else np.ones((m, T), dtype=bool)
-        excl = np.zeros((m, T), dtype=bool)
-        if self.bos:
-            excl[:, 0] = True
-        if self.cur:
-            excl[np.arange(m), np.arange(a, b)] = True
-        out = {}
-        for role in ROLES:
-            d = detection_rows(role, self.ids, a, b, self.unknown)
-            use = role in _EXCLUDING
-            cells = d & ~excl if use else d
-            ks = keys & ~excl if use else keys
-            n_keys = ks.sum(axis=1)
-            frac = np.where(n_keys > 0, (cells & ks).sum(axis=1) / np.maximum(n_keys, 1), 0.0)
-            qi, ki = np.nonzero(cells)
-            out[role] = (qi, ki, frac)
-        self._cells[(a, b)] = out
-        return out
-
-    def add(self, layer, a, rows):  # rows [n_head, m, w]: weights of rows a.., keys 0..w-1 (rest 0)
-        m, w = rows.shape[1], rows.shape[2]
-        b = a + m
-        cells = self._block_cells(a, b)
-        rowsum = rows.sum(axis=-1, dtype=np.float64)  # [n_head, m]
-        lost = np.zeros_like(rowsum)  # the excluded cells' mass per row
-        if self.bos:
-            lost += rows[:, :, 0]
-        if self.cur:
-            r = np.arange(m)
-            inside = a + r < w
-            lost[:, inside] += rows[:, r[inside], (a + r)[inside]]
-            if self.bos and a == 0:
-                lost[:, 0] -= rows[:, 0, 0]  # counted in both
-        mass = {False: rowsum, True: rowsum - lost}
-        for excluded in (False, True):
-            self.den[excluded][layer] += mass[excluded].sum(axis=-1)
-        for role, (qi, ki, frac) in cells.items():
-            seen = ki < w
-            self.num[role][layer] += rows[:, qi[seen], ki[seen]].sum(axis=-1, dtype=np.float64)
-            self.chance_num[role][layer] += mass[role in _EXCLUDING] @ frac
-        dist = np.abs(np.arange(a, b)[:, None] - np.arange(w)[None, :]).astype(np.float32)  # [m, w]
-        self.distance[layer] += (rows * dist).sum(axis=-1, dtype=np.float64).sum(axis=-1)
-        lg = np.zeros_like(rows)
-        np.log2(rows, out=lg, where=rows > 0)
-        lg *= rows
-        self.entropy[layer] -= lg.sum(axis=-1, dtype=np.float64).sum(axis=-1)
-
-    def ratio(self, num, den):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 1e-12, num / np.where(den > 1e-12, den, 1.0), np.nan)
-
-
-_EXCLUDING = ("previous", "next", "duplicate", "induction")  # roles the exclusions apply to
-
-
 def score_blocks(blocks, n_layer, n_head, ids, causal, exclude_bos=False,
                  exclude_current_token=False, tokens=None, unknown_ids=()):
     """score_heads of a pattern too large to hold: the same HeadScores from `blocks`, an iterable
@@ -470,7 +397,7 @@ def _row_sums(n_layer, n_head, ids, causal, exclude_bos, exclude_current_token, 
     if len(ids) < 2:
         raise InputError(f"head scores need at least 2 tokens; got {len(ids)}")
     unknown = unknown_mask(ids, unknown_ids)
-    return _RowSums(n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token)
+    return RowSums(n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token)
 
 
 def _scores_of(sums, tokens) -> HeadScores:
@@ -479,7 +406,7 @@ def _scores_of(sums, tokens) -> HeadScores:
     unknown_share, notice = unknown_notice(unknown)
     scores, strength, coverage, chance, n_rows = {}, {}, {}, {}, {}
     for role in ROLES:
-        den = sums.den[role in _EXCLUDING]
+        den = sums.den[role in EXCLUDING]
         scores[role] = sums.ratio(sums.num[role], den)
         chance[role] = sums.ratio(sums.chance_num[role], den)
         rows = sum(int(detection_rows(role, ids, a, min(T, a + 256), unknown).any(axis=1).sum())

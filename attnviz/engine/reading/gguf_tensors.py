@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import threading
+from bisect import bisect_right
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -140,6 +141,12 @@ class GGUFTensors:
         self.path = path
         self._table = tensor_table(reader)
         self._released: dict[str, tuple[int, ...]] = {}  # release()'s, for release_again (each name once)
+        self._file = reader.data  # the whole file, mapped: byte k is the file's byte k
+        # (start, end, name) of every tensor's bytes in file order, and their ends, for _release_near
+        self._spans = sorted((int(t.data_offset), int(t.data_offset) + int(t.n_bytes), t.name)
+                             for t in reader.tensors)
+        self._ends = [end for _, end, _ in self._spans]
+        self._bytes = {name: (start, end) for start, end, name in self._spans}
 
     def __contains__(self, name: str) -> bool:
         return name in self._table
@@ -165,9 +172,34 @@ class GGUFTensors:
 
     def release(self, name: str, shape: tuple[int, ...]) -> None:
         """Let go of the file's pages tensor `name` covers (release_pages), once it has been read
-        into what is kept (a packed or expanded matrix)."""
+        into what is kept (a packed or expanded matrix), and again of its released neighbours'
+        that reading it may have mapped back (_release_near)."""
         self._released[name] = shape  # (a W_O read again by each run is one entry, not one a run)
-        release_pages(np.asarray(self.stored(name, shape).data))
+        self._release_near(name)
+
+    def _release_near(self, name: str) -> None:
+        """Release again the released tensors whose bytes lie within FOLIO_REACH of tensor `name`'s
+        (just read): the kernel may map a file a large folio per fault, so a read after the load
+        (a lazy layer, a run's W_O read alone) maps back its released neighbours' pages, and only
+        theirs. One release_pages per run of them that no whole page of another tensor parts
+        (those pages are let go with their neighbours anyway): a bisect and a few, per read."""
+        start, end = self._bytes[name]
+        lo, hi = start - FOLIO_REACH, end + FOLIO_REACH
+        run = None  # [start, end] of released bytes not yet let go
+        for i in range(bisect_right(self._ends, lo), len(self._spans)):
+            a, b, other = self._spans[i]
+            if a >= hi:
+                break
+            if other not in self._released:
+                continue
+            if run is not None and a - run[1] < mmap.PAGESIZE:
+                run[1] = b
+                continue
+            if run is not None:
+                release_pages(self._file[run[0]:run[1]])
+            run = [a, b]
+        if run is not None:
+            release_pages(self._file[run[0]:run[1]])
 
     def release_again(self) -> None:
         """Release every tensor released so far once more, after the load has read them all: the
@@ -185,6 +217,8 @@ class GGUFTensors:
         out = np.asarray(out, dtype=np.float32).reshape(shape)
         if out.ndim == 1 and np.may_share_memory(out, t.data):  # (an F32 vector, a norm's gain: a
             out = out.copy()  # view of the file, whose every read maps back its released neighbours)
+        if self._released:  # (a vector read after the load: its read mapped back its neighbours)
+            self._release_near(name)
         if check:
             check_finite(out, name, self.path.name)
         return out
@@ -277,6 +311,9 @@ class GGUFTensors:
         return sum(4 * int(t.n_elements) for n, t in self._table.items() if n not in skip)
 
 
+# the most a read of a mapped file maps beyond its bytes: a large folio (up to a PMD's 2 MiB) per
+# fault, which need not start at a 2 MiB boundary of the file
+FOLIO_REACH = 2 << 20
 FILL_VALUES = 1 << 22  # values dequantised at a time into a layer's arrays (16 MiB as float32)
 COLUMN_BLOCK_VALUES = 1 << 16  # ... into a scratch block first, for an [in, out] matrix (256 KiB)
 
