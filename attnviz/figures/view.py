@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.parallel import in_parallel
 from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
 from attnviz.engine.errors import Cancelled, InputError
@@ -287,7 +288,7 @@ class Shown:
         region = (r0, r1, c0, c1)
         heads = tuple(range(self.n_head)) if heads is None else tuple(int(h) for h in heads)
         if not (0 <= r0 < r1 <= self.n_tok and 0 <= c0 < c1 <= self.n_tok):
-            raise InputError(f"region {region} is not a block of the {self.n_tok} tokens")
+            raise InputError(f"region {region} is not a block of the {tokens(self.n_tok)}")
         H, W = min(int(shape[0]), r1 - r0), min(int(shape[1]), c1 - c0)
         if H < 1 or W < 1:
             raise InputError(f"a view needs at least 1 x 1 cells, not {shape[0]} x {shape[1]}")
