@@ -10,7 +10,7 @@ from pathlib import Path
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
     compare_cells,
-    exact_bytes, exact_count, format_bytes, format_count, shown_variants, tokens, window_layers_text,
+    exact_bytes, exact_count, format_bytes, format_count, plural, shown_variants, tokens, window_layers_text,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.errors import CalcError
@@ -187,7 +187,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
                  f"   n_layer {i.n_layer}   {groups}")
     lines.append(f"  d_head: {f['d_head']}")
     if i.sliding_window:
-        lines.append(f"  sliding window {i.sliding_window:,} tokens on "
+        lines.append(f"  sliding window {tokens(i.sliding_window)} on "
                      f"{window_layers_text(i.sliding_window_layers)}")
 
     lines += ["", "Weight shapes [out, in]"]
@@ -200,7 +200,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
 
     lines += ["", "Parameters"]
     rows = [("  attention per layer", exact_count(r.attn_params_per_layer), f["attn_params_per_layer"]),
-            ("  attention, all layers", exact_count(r.attn_params_total), f"· {i.n_layer} layers")]
+            ("  attention, all layers", exact_count(r.attn_params_total), f"· {plural(i.n_layer, 'layer')}")]
     mp = r.model_params
     if mp:
         rows.append(("  whole model", exact_count(mp["total"]), f"non-embedding {format_count(mp['non_embedding'])}"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnviz.engine.calc.format import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.engine.reading.token_text import quoted
 from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice
@@ -158,7 +159,7 @@ def print_report(doc: dict) -> None:
         files = ", ".join(f"{Path(f['file']).name} sha256 {f['sha256'][:12]}" for f in d["files"])
         print(f"{side.upper()}: {d['name']}" + (f" ({files})" if files else ""))
     labels = doc.get("labels", doc["tokens"])
-    print(f"{len(doc['tokens'])} tokens: {' '.join(map(quoted, labels[:24]))}"
+    print(f"{tokens(len(doc['tokens']))}: {' '.join(map(quoted, labels[:24]))}"
           + (" ..." if len(doc["tokens"]) > 24 else ""))
     jsd, top = np.array(doc["heads_jsd"]), np.array(doc["heads_jsd_max"])
     print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; the {min(MOVED, jsd.size)} heads "

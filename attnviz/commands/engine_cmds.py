@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnviz.engine.calc.format import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, check_out, non_negative, parse_ids, refuse_options, show_notice
 from attnviz.engine import WINDOW_MODEL, find_models, load_model
@@ -120,7 +121,7 @@ def cmd_attention(args) -> int:
     write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str),
                      labels=np.array(result.labels, dtype=str), input_ids=result.input_ids,
                      attentions=result.attentions, kv_group=result.kv_group, **extra)
-    print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}"
+    print(f"{out}: {tokens(result.n_tokens)}, attentions {list(result.attentions.shape)}"
           f"{checkpoint_opt.describe(model)}")
     return 0
 
@@ -129,7 +130,7 @@ def _attention_part(model, args, ids, layer, rows, out) -> int:
     """attention --layer/--rows: the patterns asked for, computed from a long run's q and k."""
     c = model.config
     if layer is not None and layer >= c.n_layer:
-        raise InputError(f"--layer {layer} is outside {model.name}'s {c.n_layer} layers "
+        raise InputError(f"--layer {layer} is outside {model.name}'s {plural(c.n_layer, 'layer')} "
                          f"(0..{c.n_layer - 1})")
     run = (run_long(model, ids=ids, truncate=args.truncate) if ids is not None
            else run_long(model, args.text, truncate=args.truncate))
@@ -137,7 +138,7 @@ def _attention_part(model, args, ids, layer, rows, out) -> int:
     T = result.n_tokens
     a, b = rows if rows is not None else (0, T)
     if b > T:
-        raise InputError(f"--rows {a}:{b} runs past the text's {T} tokens (rows 0..{T - 1})")
+        raise InputError(f"--rows {a}:{b} runs past the text's {tokens(T)} (rows 0..{T - 1})")
     layers = [layer] if layer is not None else list(range(c.n_layer))
     need = dense_bytes(len(layers), c.n_head, T, b - a)
     if need > DENSE_LIMIT:
@@ -151,7 +152,7 @@ def _attention_part(model, args, ids, layer, rows, out) -> int:
                      labels=np.array(result.labels, dtype=str), input_ids=result.input_ids,
                      attentions=attentions, kv_group=result.kv_group,
                      layers=np.array(layers, dtype=np.int64), rows=np.array([a, b], dtype=np.int64))
-    print(f"{out}: {T} tokens, attentions {list(attentions.shape)} (layer"
+    print(f"{out}: {tokens(T)}, attentions {list(attentions.shape)} (layer"
           f"{f' {layer}' if layer is not None else 's 0..' + str(c.n_layer - 1)}, query rows "
           f"{a}..{b - 1}){checkpoint_opt.describe(model)}")
     return 0

@@ -7,6 +7,7 @@ import argparse
 import os
 from contextlib import contextmanager
 
+from attnviz.engine.calc.format import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, check_out, non_negative, prediction_head, refuse_options, show_notice
 from attnviz.engine import DEFAULT_TEXT, load_model
@@ -94,7 +95,7 @@ def cmd_export(args) -> int:
     else:  # numbers need no Qt at all
         written = write_numbers(view, args.out, fmt)
     shape = "x".join(str(n) for n in view.selected().shape)
-    print(f"{written[0]}: {scope} of {model.name}, {result.n_tokens} tokens, weights [{shape}]"
+    print(f"{written[0]}: {scope} of {model.name}, {tokens(result.n_tokens)}, weights [{shape}]"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0
 
@@ -162,7 +163,7 @@ def _export_anatomy(args, fmt: str) -> int:
         view = make_anatomy_view(model, result, layer, args.head, colormap)
         written = export_view(view, args.out, fmt=fmt, width=width)
     lit = f", head {args.head} lit" if args.head is not None else ""
-    print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {result.n_tokens} tokens "
+    print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {tokens(result.n_tokens)} "
           f"(+ sidecar {written[1].name})")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from attnviz.engine.calc.format import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
     KERNELS_STEPS, add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head,
@@ -70,6 +71,6 @@ def cmd_generate(args) -> int:
     last = gen.steps[-1]
     n = len(gen.steps)
     print(f"-- {n} new token{'s' * (n != 1)}: {STOPPED.get(gen.stopped, gen.stopped)}; K and V at the last step: "
-          f"{last.kv_bytes:,} bytes for {last.T} tokens; held with their arrays' room for the next "
+          f"{last.kv_bytes:,} bytes for {tokens(last.T)}; held with their arrays' room for the next "
           f"positions: {last.kv_held:,} bytes")
     return 0

@@ -8,6 +8,7 @@ import textwrap
 
 import numpy as np
 
+from attnviz.engine.calc.format import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, at_least, non_negative, positive, refuse_options, show_notice
 from attnviz.engine import load_model
@@ -160,8 +161,8 @@ def cmd_heads(args) -> int:
         return 0
     c = model.config
     what = source["probe"] if args.probe else f"text \u201c{result.text}\u201d"
-    print(f"{model.name}{checkpoint_opt.describe(model)}: {c.n_layer} layers x {c.n_head} heads, "
-          f"{result.n_tokens} tokens; {what}")
+    print(f"{model.name}{checkpoint_opt.describe(model)}: {plural(c.n_layer, 'layer')} x {plural(c.n_head, 'head')}, "
+          f"{tokens(result.n_tokens)}; {what}")
     opts = [o for o, on in (("exclude first token", args.exclude_bos),
                             ("exclude current token", args.exclude_current)) if on]
     if opts:
@@ -219,7 +220,7 @@ def _template_probe(args, kind) -> int:
         print(json.dumps({"model": model.name, "seed": seed, **ts.to_json()}))
         return 0
     c = model.config
-    print(f"{model.name}: {c.n_layer} layers x {c.n_head} heads; {kind} probe, seed {seed}: "
+    print(f"{model.name}: {plural(c.n_layer, 'layer')} x {plural(c.n_head, 'head')}; {kind} probe, seed {seed}: "
           f"{ts.n_items} sentences scored, {ts.n_skipped} skipped (a key word is not one known token)")
     for example in ts.examples:
         print(f"  e.g. \u201c{example}\u201d")

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from attnviz.engine.calc.format import plural
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
     add_model, blas_for, load_for_one_pass, parse_ids, positive, prediction_head, refuse_options,
@@ -238,8 +239,8 @@ def cmd_scan(args) -> int:
         return 0
     what = (f"-log p({quoted(token_text(model, scan.target))} ({scan.target})) after token "
             f"{scan.position} {quoted(labels[scan.position])}" if loss == "next" else
-            f"mean -log p over the second copy ({scan.span[1] - 1} tokens)")
-    print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {scan.effect.size} heads "
+            f"mean -log p over the second copy ({plural(scan.span[1] - 1, 'token')})")
+    print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {plural(scan.effect.size, 'head')} "
           f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")
     from attnviz.figures.numbers import plain_signed  # (here: a predict alone loads no figure module)
 
@@ -250,5 +251,5 @@ def cmd_scan(args) -> int:
 
 
 def _progress(done: int, total: int) -> None:
-    print(f"\rablation scan: {done}/{total} heads", end="\n" if done == total else "",
+    print(f"\rablation scan: {done}/{plural(total, 'head')}", end="\n" if done == total else "",
           file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ import math
 import sys
 from pathlib import Path
 
+from attnviz.engine.calc.format import plural
 from attnviz.commands.checks import add_model, non_negative, positive
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
@@ -134,8 +135,8 @@ def cmd_scan_report(args) -> int:
     c = store.counts(out)
     state = "complete" if m.complete else (
         f"not finished: {len(store.finished_batches(out, m.n_batches))} of {m.n_batches} batches")
-    print(f"{out}: {m.model_name} ({m.n_layer} layers x {m.n_head} heads) on {m.corpus}, "
-          f"{m.n_texts} texts, {state}; {c['texts']} texts stored, {c['errors']} errors")
+    print(f"{out}: {m.model_name} ({plural(m.n_layer, 'layer')} x {plural(m.n_head, 'head')}) on {m.corpus}, "
+          f"{m.n_texts} texts, {state}; {plural(c['texts'], 'text')} stored, {plural(c['errors'], 'error')}")
     rows, means = report_rows(out, m)
     short = {"first_token_mass": "first", "entropy": "entropy", "mean_distance": "distance",
              "previous": "previous", "duplicate": "duplicate", "induction": "induction"}

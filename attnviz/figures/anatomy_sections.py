@@ -10,6 +10,7 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF
 
+from attnviz.engine.calc.format import plural, tokens
 from attnviz.engine.analysing.anatomy import cost_totals
 from attnviz.engine.calc import format_bytes, format_count
 from attnviz.figures.anatomy_parts import AnatomyView, Band, Block, Text, shape_text
@@ -114,10 +115,10 @@ def _header(c: Cursor) -> None:
     view, small = c.view, c.small
     c.wrapped(view.title(), c.title_font, TEXT)
     quoted = f"\u201c{view.text}\u201d" if view.text else "(token ids)"
-    c.text(QFontMetricsF(small).elidedText(f"{quoted}  \u00b7  {view.T} tokens",
+    c.text(QFontMetricsF(small).elidedText(f"{quoted}  \u00b7  {tokens(view.T)}",
                                            Qt.TextElideMode.ElideRight, c.inner), small, MUTED)
     d, nh, nkv, dh, g = view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
-    arch = (f"d_model {d} \u00b7 {nh} heads \u00d7 d_head {dh} \u00b7 "
+    arch = (f"d_model {d} \u00b7 {plural(nh, 'head')} \u00d7 d_head {dh} \u00b7 "
             + (f"{nkv} KV heads (each shared by {g} query heads)" if g > 1 else "K, V per head"))
     c.wrapped(arch, small)
     for note in view.notes:
@@ -171,7 +172,7 @@ def _projections(c: Cursor) -> None:
     c.y += c.cap_h + w_h + 2 * s
     c.wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
               f"; click a slice to focus its head", c.small, MUTED)
-    c.step(f"split: q into {nh} heads [T, {dh}], k and v into {nkv} {kv_word}s"
+    c.step(f"split: q into {plural(nh, 'head')} [T, {dh}], k and v into {plural(nkv, kv_word)}"
            + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
 
 
@@ -319,7 +320,7 @@ def _costs(c: Cursor) -> None:
     """The lesson's arithmetic: parameters, FLOPs and memory of one head, all heads and one wide head."""
     view, s, small = c.view, c.s, c.small
     T, d, nh, g = view.T, view.d_model, view.n_head, view.n_group
-    c.wrapped(f"The lesson's arithmetic for this layer on these {T} tokens", c.bold, TEXT)
+    c.wrapped(f"The lesson's arithmetic for this layer on {'this' if T == 1 else 'these'} {tokens(T)}", c.bold, TEXT)
 
     def fmt(n: int | float, unit: str) -> str:
         # (one head's 1/g share of a KV head may be a fraction: to the nearest byte, else 3 digits)
@@ -327,7 +328,7 @@ def _costs(c: Cursor) -> None:
             return format_bytes(round(n))
         return format_count(n if n == int(n) else float(f"{n:.3g}"))
 
-    rows = [(("", "one head", f"all {nh} heads", f"1 head of {d}", ""), figure_font(10 * c.fs, True),
+    rows = [(("", "one head", f"all {plural(nh, 'head')}", f"1 head of {d}", ""), figure_font(10 * c.fs, True),
              [TEXT] * 5)]
     for r in view.costs:
         color = QColor(GOOD if r.note == "equal" else WARNING)
@@ -341,7 +342,7 @@ def _costs(c: Cursor) -> None:
     c.y += 2 * s
     shared = f"; a KV head shared by {g} query heads counts 1/{g} per head" if g > 1 else ""
     c.wrapped(f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
-              f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
+              f"{plural(nh, 'head')} vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
               f"wide. FLOPs are the matrix products (Q, K, V projections, q\u00b7k\u1d40, weights\u00b7V, "
               f"W_O), 2 per multiply-add, as the Calculator counts them; biases, RoPE and the "
               f"softmax not included. Memory is float32{shared}.", small)

@@ -19,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
+from attnviz.engine.calc.format import plural
 from attnviz.engine.analysing.circuits import MODES
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
@@ -80,7 +81,7 @@ class CircuitsView:
             c = np.asarray(self.copying)
             v = float(c[self.focus])
             rank = int((c > v).sum()) + 1
-            out.append(f"{name}: OV copying {signed(v, 3)}, rank {rank} of {c.size} heads (1: the highest).")
+            out.append(f"{name}: OV copying {signed(v, 3)}, rank {rank} of {plural(c.size, 'head')} (1: the highest).")
         parts = self.partners()
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")

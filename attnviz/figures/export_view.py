@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnviz.engine.calc.format import plural
 from attnviz.engine.computing.patterns import head_title
 
 
@@ -76,9 +77,9 @@ class ExportView:
         if self.scope == "head":
             where = head_title(self.layer, self.head)
         elif self.scope == "layer":
-            where = f"layer {self.layer}, all {len(self.heads)} heads"
+            where = f"layer {self.layer}, all {plural(len(self.heads), 'head')}"
         else:
-            where = f"all {len(self.layers)} layers \u00d7 {len(self.heads)} heads"
+            where = f"all {plural(len(self.layers), 'layer')} \u00d7 {plural(len(self.heads), 'head')}"
         step = f" \u00b7 step {self.checkpoint['step']:,}" if self.checkpoint else ""
         weighted = " \u00b7 value-weighted" if self.value_weighted else ""
         changed = f" \u00b7 {self.changed}" if self.changed else ""

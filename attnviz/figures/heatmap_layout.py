@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QGuiApplication
 
+from attnviz.engine.calc.format import plural, tokens
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
@@ -93,7 +94,7 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
     hi = float(view.levels.max())
     scale = (f"shared scale 0\u2013{hi:.3g}" if view.scale_mode == "shared"
              else "per-head scale (0\u2013each head's max)")
-    notes = [f"{len(view.tokens)} tokens", f"colormap {view.colormap}", scale]
+    notes = [tokens(len(view.tokens)), f"colormap {view.colormap}", scale]
     if view.hide_first:
         notes.append(f"first token {quoted(view.labels[0])} hidden, rows renormalised"
                      + ("; a row with no other key left blank" if view.blank().any() else ""))
@@ -201,7 +202,7 @@ def _cells_and_labels(view: ExportView, f: _Frame) -> tuple[float, float, int, f
     q_gutter, k_gutter = _gutters(view, f, label_px, stride)
     cell = _cell_for(f, q_gutter)
     if cell <= 0:
-        raise ExportError(f"width {f.width} px is too narrow for {f.n_cols} heads of {f.n_k} keys")
+        raise ExportError(f"width {f.width} px is too narrow for {plural(f.n_cols, 'head')} of {plural(f.n_k, 'key')}")
     return cell, label_px, stride, q_gutter, k_gutter
 
 

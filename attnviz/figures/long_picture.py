@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import write_atomic
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops
@@ -58,7 +59,7 @@ class LongPicture:
 
     def title(self) -> str:
         r0, r1, c0, c1 = self.pane.region
-        return (f"{self.model} · long text, {self.T:,} tokens · layer {self.layer} · queries "
+        return (f"{self.model} · long text, {tokens(self.T)} · layer {self.layer} · queries "
                 f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {REDUCE_WORDS[self.pane.reduce]}"
                 f"{options_text(self.pane.options)}")
 

@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.parallel import in_parallel
 from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
 from attnviz.engine.errors import Cancelled, InputError
@@ -287,7 +288,7 @@ class Shown:
         region = (r0, r1, c0, c1)
         heads = tuple(range(self.n_head)) if heads is None else tuple(int(h) for h in heads)
         if not (0 <= r0 < r1 <= self.n_tok and 0 <= c0 < c1 <= self.n_tok):
-            raise InputError(f"region {region} is not a block of the {self.n_tok} tokens")
+            raise InputError(f"region {region} is not a block of the {tokens(self.n_tok)}")
         H, W = min(int(shape[0]), r1 - r0), min(int(shape[1]), c1 - c0)
         if H < 1 or W < 1:
             raise InputError(f"a view needs at least 1 x 1 cells, not {shape[0]} x {shape[1]}")
@@ -335,6 +336,13 @@ class Shown:
         if self.hide_first and k == 0:
             return None
         return float(self.rows(layer, q, q + 1, [head], (k, k + 1))[0, 0, 0])
+
+    def undefined(self, layer: int, head: int, q: int) -> bool:
+        """Whether query q's shown row has no weight: the first key hidden and no other key left
+        (a decoder's first query, renormalised 0/0; the exports leave it blank: ExportView.blank)."""
+        if not self.hide_first or q != 0 or self.n_tok < 1:
+            return False  # (every later query keeps itself as a key)
+        return not (self.rows(layer, 0, 1, [head], (1, self.n_tok)) > 0).any()
 
     def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
         """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell

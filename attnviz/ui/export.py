@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.analysing.effects import is_changed, window_run
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
@@ -143,7 +144,7 @@ def nothing_to_export(state) -> str:
     held whole (the long view computes the regions it shows)."""
     run = state.long.run
     if run is not None:
-        return (f"The text is long ({run.patterns.T:,} tokens): its patterns are computed only for "
+        return (f"The text is long ({tokens(run.patterns.T)}): its patterns are computed only for "
                 "what the long view shows, never whole, so there is nothing to export here. The long "
                 "view's Export picture… writes it as shown; attnviz attention --layer L --rows A:B "
                 "writes a layer's block of query rows.")

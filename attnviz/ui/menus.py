@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QMenu, QMessageBox
 
+from attnviz.engine.calc.format import plural
 from attnviz.engine.reading import textbook
 from attnviz.ui.views.fields import menu_text, plain_tip
 
@@ -214,8 +215,8 @@ def ask_model(w) -> None:
 
 def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:
     """`llama, 30 layers × 9 heads, 3 KV heads` (the KV heads only when fewer than the heads)."""
-    kv = f", {n_kv_head} KV heads" if n_kv_head != n_head else ""
-    return f"{family}, {n_layer} layers × {n_head} heads{kv}"
+    kv = f", {plural(n_kv_head, 'KV head')}" if n_kv_head != n_head else ""
+    return f"{family}, {plural(n_layer, 'layer')} × {plural(n_head, 'head')}{kv}"
 
 
 # Help > Keys and mouse: every key of the menus and the window, and what the mouse does where

@@ -19,6 +19,7 @@ import weakref
 
 from PySide6.QtCore import QObject, QTimer
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import warm_the_rest
@@ -133,7 +134,7 @@ class LongJobs(QObject):
             self.worker.cancel(PANE_KIND)
             self.worker.cancel(TILES_KIND)
         else:
-            self.state.show_status(f"Long text: {run.patterns.T:,} tokens, every layer computed.")
+            self.state.show_status(f"Long text: {tokens(run.patterns.T)}, every layer computed.")
             self._progress_said = True
             self.request_overviews()
 
@@ -228,7 +229,7 @@ class LongJobs(QObject):
         if rows + kv > ROWS_LIMIT:
             fit = bisect.bisect_left(range(n), True, key=lambda m: sum(generation_bytes(cfg, T, m)) > ROWS_LIMIT) - 1
             advice = f"ask for at most about {fit} new tokens" if fit >= 1 else "give a shorter text"
-            raise InputError(f"{max_new} steps after {T:,} tokens would keep {size_text(rows)} of "
+            raise InputError(f"{max_new} steps after {tokens(T)} would keep {size_text(rows)} of "
                              f"attention rows (every head's row at every step) and up to "
                              f"{size_text(kv)} of keys and values (their arrays' room for the next "
                              f"positions and a copy into larger ones counted), over the "

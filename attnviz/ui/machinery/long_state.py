@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from PySide6.QtCore import QObject, Signal
 
+from attnviz.engine.calc.format import tokens
 from attnviz.figures.overview import WHEEL_STEP, full_region, rect_region, zoom_region
 from attnviz.figures.view import REDUCES, Shown
 
@@ -86,7 +87,7 @@ class LongState(QObject):
             return
         r0, r1, c0, c1 = region
         if not (0 <= r0 < r1 <= self.T and 0 <= c0 < c1 <= self.T):
-            raise ValueError(f"region {region} is not inside the {self.T} tokens")
+            raise ValueError(f"region {region} is not inside the {tokens(self.T)}")
         self.region = region
         self.sigViewChanged.emit()
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.errors import Cancelled, InputError
 from attnviz.ui.machinery.runner import THREAD, describe_error
 
@@ -133,7 +134,7 @@ def check_lengths(model, text: str, corrupt: str, clean: tuple | None = None) ->
         return Lengths(labels, str(exc) if corrupt else None, clean=clean)
     if len(clean[1]) == len(td):
         return Lengths(labels, None, clean=clean)
-    return Lengths(labels, f"the clean text is {len(clean[1])} tokens and the corrupted text {len(td)}: "
+    return Lengths(labels, f"the clean text is {tokens(len(clean[1]))} and the corrupted text {len(td)}: "
                            "patching needs texts of one length", alignment(labels, ld), clean)
 
 

@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.errors import Cancelled, InputError
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.engine.computing.request import RunRequest
@@ -86,7 +87,7 @@ class WhyJobs(QObject):
         T = len(result.tokens)
         if max(q, k) >= T or layer >= result.attentions.shape[0]:
             self.cell, self.attribution = None, None
-            self.note = (f"The cell (query {q}, key {k}) is gone: the text has {T} tokens. "
+            self.note = (f"The cell (query {q}, key {k}) is gone: the text has {tokens(T)}. "
                          "Click a cell of the focused head.")
             self.sigChanged.emit()
             return

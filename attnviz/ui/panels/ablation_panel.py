@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.calc.format import plural
 from attnviz.engine.analysing.ablation import MODES
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text
@@ -257,7 +258,7 @@ class AblationPanel(QWidget):
     def _on_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
         self.progress.setValue(done)
-        self.progress.setFormat(f"{done} / {total} heads")
+        self.progress.setFormat(f"{done} / {plural(total, 'head')}")
 
     def _show_scan(self, *_) -> None:
         eff, st = self.effects, self.state
@@ -278,7 +279,7 @@ class AblationPanel(QWidget):
             n = scan.effect.size
             self.progress.setRange(0, n)
             self.progress.setValue(n)
-            self.progress.setFormat(f"{n} / {n} heads")
+            self.progress.setFormat(f"{n} / {plural(n, 'head')}")
         secs = scan.seconds.get("total", 0.0)
         self.scan_label.setText(f"Scanned {html.escape(eff.scan_what)}: baseline loss "
                                 f"{scan.baseline_loss:.3f} nats, {secs:.1f} s. "

@@ -332,7 +332,7 @@ def kv_text(r: CalcResult) -> str:
             parts.insert(0, f"{layer * n_full:,} bytes × {T:,}")
         sum_ = " + ".join(parts)
         total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + (
-            f" ({'the window' if n_full else 'all'} layers keep their last {w:,} tokens)")
+            f" ({'the window' if n_full else 'all'} layers keep their last {tokens(w)})")
     return "<br>".join([f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
                         f"{html.escape(f['kv_bytes_per_token_per_layer'])}", per, total])
 

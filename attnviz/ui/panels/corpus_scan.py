@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnviz.engine.calc.format import plural
 from attnviz.engine.analysing.corpus_stats import place_heads
 from attnviz.figures.style import FOCUS
 
@@ -40,8 +41,8 @@ class ScanView:
         in the texts table too, but gave none)."""
         done = "" if self.complete else " (scan not finished)"
         scanned = self.n_stored - self.n_errors
-        line = (f"{self.model_name} · {self.n_layer} layers × {self.n_head} heads · "
-                f"{scanned} of {self.n_texts} texts scanned{done} · {self.n_errors} errors")
+        line = (f"{self.model_name} · {plural(self.n_layer, 'layer')} × {plural(self.n_head, 'head')} · "
+                f"{scanned} of {self.n_texts} texts scanned{done} · {plural(self.n_errors, 'error')}")
         if scanned == 0 and self.first_error:
             line += f". No text gave statistics: {self.first_error}"
         return line

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.calc.format import format_bytes
+from attnviz.engine.calc.format import format_bytes, tokens
 from attnviz.engine.calc import calculate
 from attnviz.engine.calc.from_config import calc_inputs_from_config
 from attnviz.engine.computing.patterns import drop_first_key, head_title
@@ -291,7 +291,7 @@ class GeneratePanel(QWidget):
         calc = res.kv_bytes_sequence
         why = next((w for w in res.warnings if "keep only the last" in w), "") if calc != step.kv_bytes else ""
         why = f": {why}, where the generation keeps every token's" if why else ""
-        return (f"KV of {step.T:,} tokens: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
+        return (f"KV of {tokens(step.T)}: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
                 f"calculator at float32: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
                 f"positions: {format_bytes(step.kv_held)} ({step.kv_held:,} bytes)")
 
@@ -311,7 +311,7 @@ class GeneratePanel(QWidget):
             self.slider.setValue(s)
             self.slider.blockSignals(False)
         self.step_label.setText(f"Step {s + 1} of {len(g.steps)}: {quoted(step.token)} "
-                                f"(read {step.T:,} tokens)")
+                                f"(read {tokens(step.T)})")
         self.kv_label.setText(self.kv_text(step))
         self.top_label.setText(top_table(step))
         self._show_rows(step)

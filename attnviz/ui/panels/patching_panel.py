@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patching as fig
 from attnviz.figures.numbers import signed
@@ -258,7 +259,7 @@ class PatchingPanel(QWidget):
             return
         T = len(labels)
         if v >= T:
-            self.position_label.setText(f"outside the {T} tokens (0..{T - 1})")
+            self.position_label.setText(f"outside the {tokens(T)} (0..{T - 1})")
             return
         P = T - 1 if v == LAST else v
         self.position_label.setText(f"P = {P} {quoted(labels[P])}: the next token after it is scored")

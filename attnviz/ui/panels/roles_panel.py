@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTabWidget, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.calc.format import plural
 from attnviz.engine.analysing import heads as H, probes as P
 from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.computing.patterns import head_title
@@ -305,4 +306,4 @@ class RolesPanel(QWidget):
         """A long text's scores under way: how far they are (its rows are streamed layer by layer,
         the layers shared out to the cores)."""
         p = self.state.text_progress
-        return "" if p is None else f" (a long text: {p[0]} of {p[1]} layers done)"
+        return "" if p is None else f" (a long text: {p[0]} of {plural(p[1], 'layer')} done)"

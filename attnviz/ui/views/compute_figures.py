@@ -10,17 +10,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel
 
+from attnviz.engine.calc.format import tokens
 from attnviz.ui.views.fields import plain_label, plain_tip
 
 TIME_TIP = "Time the engine took for the last result"
 KEPT_TIP = ("This text was computed before: every token's rows came from the model's KV cache, "
             "and nothing was computed again")
 QUERY_CHARS = 10  # the query label's room for the token, in wide letters
-
-
-def tokens(n: int) -> str:
-    """A count of tokens as the status bar reads it: '1 token', '1,402 tokens'."""
-    return f"{n:,} token" + ("" if n == 1 else "s")
 
 
 def compute_text(seconds: float) -> str:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QStackedWidget, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.calc.format import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
@@ -257,8 +258,8 @@ class LongView(QWidget):
                         f"{tl.cell_tokens(0)}×{tl.cell_tokens(1)} tokens)")
             res += options_text(applied)
             res_ = lg.run.result
-            count = (f"its first {lp.T:,} of {res_.n_tokens_full:,} tokens (the model's positions)"
-                     if res_.truncated else f"{lp.T:,} tokens")
+            count = (f"its first {lp.T:,} of {tokens(res_.n_tokens_full)} (the model's positions)"
+                     if res_.truncated else tokens(lp.T))
             self.info.set_text(f"Long text: {count} · "
                                f"layer {layer} · {region_text(r)} · {res}")
             self.info.setToolTip(self.info.full)  # (a narrow window's lines may not hold it)

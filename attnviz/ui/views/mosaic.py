@@ -37,11 +37,13 @@ def raw_pieces(result, q: int, k: int) -> str:
 
 def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     """The read-out of one cell as the heatmaps show it (the grid and the focus view): the shown
-    weight, or `(hidden)` for the first key column while Hide first token is on."""
+    weight, `(hidden)` for the first key column while Hide first token is on, or `undefined` for
+    a row with no key left then (Shown.undefined)."""
     r, shown = state.result, state.shown()
     value = shown.weight(layer, head, q, k)
-    if value is None:
-        return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  (hidden)" + raw_pieces(r, q, k)
+    if value is None or shown.undefined(layer, head, q):
+        why = "(hidden)" if value is None else "undefined: its only key, the first, is hidden"
+        return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  {why}" + raw_pieces(r, q, k)
     text = readout(r, layer, head, q, k, value, state.badge(layer, head))
     if shown.weighted:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "

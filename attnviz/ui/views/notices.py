@@ -8,6 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
+from attnviz.engine.calc.format import tokens
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
 from attnviz.ui.views.fields import plain_label
 
@@ -92,7 +93,7 @@ class Notices(QObject):
             T = len(result.tokens)
             model = self.state.model
             max_pos = model.config.max_positions if model is not None else T
-            lines.append(f"Text is {result.n_tokens_full:,} tokens; {self.state.model_name} reads at "
+            lines.append(f"Text is {tokens(result.n_tokens_full)}; {self.state.model_name} reads at "
                          f"most {max_pos:,} positions, so only the first {T:,} are shown.")
         st = self.state
         notice = result.notice if result is not None else None
