@@ -9,25 +9,27 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtGui import QGuiApplication
 
 from attnviz.engine.computing.model import Model
-from windows import WAIT, open_window
+from windows import TEXTBOOK, WAIT, open_window
 
 SLOW = 2.0  # seconds each encode takes here
-TEXT = "The keys to the cabinet are on the table. " * 500  # 21,000 characters, over 512 tokens
+TEXT = "The keys to the cabinet are on the table. " * 500  # 21,000 characters, past the model's positions
 
 
 def test_a_long_paste_leaves_the_window_answering(qtbot, tmp_path, monkeypatch):
-    w = open_window(qtbot, tmp_path / "s.ini")
+    # (a decoder whose texts go through Model.encode: Patching is off for an encoder)
+    w = open_window(qtbot, tmp_path / "s.ini", model=TEXTBOOK)
     p = w.patching_panel
     w.patching_dock.show()
     w.patching_dock.raise_()  # (a hidden tab checks nothing)
     qtbot.waitUntil(lambda: p.position_label.text().startswith("P = "), timeout=WAIT)
-    encode = Model.encode
+    encode, calls = Model.prepare, []
 
     def slow_encode(self, *a, **k):
+        calls.append(1)
         time.sleep(SLOW)
         return encode(self, *a, **k)
 
-    monkeypatch.setattr(Model, "encode", slow_encode)
+    monkeypatch.setattr(Model, "prepare", slow_encode)  # (what the check tokenises with)
     clock, ticks = QElapsedTimer(), []
     clock.start()
     timer = QTimer()
@@ -38,12 +40,13 @@ def test_a_long_paste_leaves_the_window_answering(qtbot, tmp_path, monkeypatch):
         QGuiApplication.clipboard().setText(TEXT)
         w.text_box.selectAll()
         w.text_box.paste()
-        # the check's answer: the text is longer than MiniLM's 512 positions, no token at P
+        # the check's answer: the text is longer than the model's positions, no token at P
         qtbot.waitUntil(lambda: p.position_label.text() == "", timeout=WAIT)
         qtbot.wait(200)
     finally:
         timer.stop()
         w.worker.wait_idle()
+    assert calls  # (the slow tokenizer was met: the window answered while it ran)
     assert w.state.text == TEXT.strip() or w.state.text == TEXT
     longest = max(b - a for a, b in zip(ticks, ticks[1:]))
     assert longest < 1000 * SLOW / 2, f"the window stood still {longest} ms"
