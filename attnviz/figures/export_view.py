@@ -5,6 +5,7 @@ number writers in figures/data.py read only it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,7 +41,12 @@ class ExportView:
     def blank(self) -> np.ndarray:
         """[n_layers, n_heads, T] bool: the rows left with no weight once the first key is hidden
         (a decoder's first query sees only that key: renormalised, 0/0). Their numbers are
-        undefined: NaN in .npy, empty in CSV, null in JSON, and the figure leaves them blank."""
+        undefined: NaN in .npy, empty in CSV, null in JSON, and the figure leaves them blank.
+        Found once per view (each panel of a figure asks)."""
+        return self._blank
+
+    @cached_property
+    def _blank(self) -> np.ndarray:
         if not self.hide_first:
             return np.zeros(self.patterns.shape[:3], bool)
         return ~(self.patterns > 0).any(axis=-1)  # (a renormalised row sums to 1 or has nothing)

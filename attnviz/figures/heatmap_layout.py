@@ -97,7 +97,8 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
     notes = [tokens(len(view.tokens)), f"colormap {view.colormap}", scale]
     if view.hide_first:
         notes.append(f"first token {quoted(view.labels[0])} hidden, rows renormalised"
-                     + ("; a row with no other key left blank" if view.blank().any() else ""))
+                     + ("; a row with no other key left blank (in a panel drawn smaller than its "
+                        "cells, pooled with the rows beside it)" if view.blank().any() else ""))
     if view.scope == "head" and view.grouped:
         g = view.kv_group[view.head]
         shared = [h for h, k in enumerate(view.kv_group) if k == g]
