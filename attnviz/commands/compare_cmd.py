@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.engine.reading.token_text import quoted
 from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.calc.format import plural, tokens
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, check_out, non_negative, parse_ids, refuse_options, show_notice
 from attnviz.engine import WINDOW_MODEL, find_models, load_model

@@ -7,7 +7,7 @@ import argparse
 import os
 from contextlib import contextmanager
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, check_out, non_negative, prediction_head, refuse_options, show_notice
 from attnviz.engine import DEFAULT_TEXT, load_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
     KERNELS_STEPS, add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head,

@@ -8,7 +8,7 @@ import textwrap
 
 import numpy as np
 
-from attnviz.engine.calc.format import plural, tokens
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, at_least, non_negative, positive, refuse_options, show_notice
 from attnviz.engine import load_model

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
     add_model, blas_for, load_for_one_pass, parse_ids, positive, prediction_head, refuse_options,

@@ -10,7 +10,7 @@ import math
 import sys
 from pathlib import Path
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.commands.checks import add_model, non_negative, positive
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS

@@ -10,7 +10,7 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF
 
-from attnviz.engine.calc.format import plural, tokens
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.analysing.anatomy import cost_totals
 from attnviz.engine.calc import format_bytes, format_count
 from attnviz.figures.anatomy_parts import AnatomyView, Band, Block, Text, shape_text

@@ -19,7 +19,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.analysing.circuits import MODES
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted

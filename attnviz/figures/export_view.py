@@ -9,7 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.computing.patterns import head_title
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QGuiApplication
 
-from attnviz.engine.calc.format import plural, tokens
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import write_atomic
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops

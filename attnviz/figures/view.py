@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.parallel import in_parallel
 from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
 from attnviz.engine.errors import Cancelled, InputError

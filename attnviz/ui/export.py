@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.analysing.effects import is_changed, window_run
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QMenu, QMessageBox
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading import textbook
 from attnviz.ui.views.fields import menu_text, plain_tip
 

@@ -3,17 +3,9 @@ byte units, counts with k / M / B, the MHA / GQA / MQA comparison's rows."""
 
 from __future__ import annotations
 
+from attnviz.engine.reading.token_text import plural, tokens  # noqa: F401 (the Calculator's words too)
+
 BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
-
-
-def plural(n: int, word: str) -> str:
-    """`1 layer`, `2 layers`, `1,000 tokens`: a count and its word (an `s` where n is not 1)."""
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
-def tokens(n: int) -> str:
-    """`1 token`, `41 tokens`."""
-    return plural(n, "token")
 
 
 def format_bytes(n: int) -> str:

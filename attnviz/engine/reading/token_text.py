@@ -223,3 +223,13 @@ def quoted(label: str) -> str:
 def plain(label: str) -> str:
     """A label without its space marks, as a person types the token ("·keys" -> "keys")."""
     return label.strip(SPACE_MARK).strip()
+
+
+def plural(n: int, word: str) -> str:
+    """`1 layer`, `2 layers`, `1,000 tokens`: a count and its word (an `s` where n is not 1)."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def tokens(n: int) -> str:
+    """`1 token`, `41 tokens`."""
+    return plural(n, "token")

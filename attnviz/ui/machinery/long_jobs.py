@@ -19,7 +19,7 @@ import weakref
 
 from PySide6.QtCore import QObject, QTimer
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import warm_the_rest

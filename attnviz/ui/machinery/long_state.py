@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.figures.overview import WHEEL_STEP, full_region, rect_region, zoom_region
 from attnviz.figures.view import REDUCES, Shown
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import Cancelled, InputError
 from attnviz.ui.machinery.runner import THREAD, describe_error
 

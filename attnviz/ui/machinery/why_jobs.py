@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import Cancelled, InputError
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.engine.computing.request import RunRequest

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.analysing.ablation import MODES
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.analysing.corpus_stats import place_heads
 from attnviz.figures.style import FOCUS
 

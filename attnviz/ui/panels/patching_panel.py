@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patching as fig
 from attnviz.figures.numbers import signed

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.calc.format import plural
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.analysing import heads as H, probes as P
 from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.computing.patterns import head_title

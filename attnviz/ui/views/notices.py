@@ -8,7 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
-from attnviz.engine.calc.format import tokens
+from attnviz.engine.reading.token_text import tokens
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
 from attnviz.ui.views.fields import plain_label
 
