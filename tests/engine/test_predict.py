@@ -341,3 +341,11 @@ def test_log_softmax_gives_the_float64_steps_bits_for_any_input():
             got, want = log_softmax(logits), by_copy(logits)
             assert got.dtype == np.float64 and got.shape == want.shape
             np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
+
+
+def test_a_position_past_a_one_token_text_says_one_token():
+    """The engine's messages write a count of one as the window does: "the 1 token", not "1 tokens"."""
+    with pytest.raises(InputError, match=r"position 1 is outside the 1 token \(0\.\.0"):
+        P.position_index(1, 1)
+    with pytest.raises(InputError, match=r"outside the 1,200 tokens"):
+        P.position_index(1200, 1200)

@@ -35,6 +35,7 @@ from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.run_result import RunResult
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.token_text import tokens
 
 TOP_K = 10
 
@@ -126,7 +127,7 @@ def edits_of(model, clean: Trace, ablation: Ablation) -> list:
         T = len(clean.ids)
         for _layers, q, k in ablation.knockouts:
             if not (0 <= q < T and 0 <= k < T):
-                raise InputError(f"knockout {q}→{k} is outside this text's {T} tokens")
+                raise InputError(f"knockout {q}→{k} is outside this text's {tokens(T)}")
         edits += knockout_edits(model.config, T, [(list(l), q, k) for l, q, k in ablation.knockouts])
     return edits
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.reading.token_text import plain, quoted
+from attnviz.engine.reading.token_text import plain, quoted, tokens
 
 
 class HeadHit(NamedTuple):
@@ -45,7 +45,7 @@ def find_long(patterns, query_pos, key_pos):
 def _positions(T, query_pos, key_pos):
     for name, p in (("query", query_pos), ("key", key_pos)):
         if not 0 <= int(p) < T:
-            raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
+            raise InputError(f"{name} position {p} is outside the {tokens(T)} (0..{T - 1})")
     return int(query_pos), int(key_pos)
 
 
@@ -94,7 +94,7 @@ def resolve_token(result, spec):
             text, pos = head, int(tail)
     if pos is not None:
         if not 0 <= pos < len(labels):
-            raise InputError(f"position {pos} in {quoted(spec)} is outside the {len(labels)} tokens "
+            raise InputError(f"position {pos} in {quoted(spec)} is outside the {tokens(len(labels))} "
                              f"(0..{len(labels) - 1}): {_listing(labels)}")
         if text and _norm(text) not in (_norm(labels[pos]), _norm(raw[pos])):
             raise InputError(f"position {pos} holds {quoted(labels[pos])}, not {quoted(text)}: {_listing(labels)}")
@@ -103,7 +103,7 @@ def resolve_token(result, spec):
     exact = [i for i in range(len(labels))
              if _norm(text) and _norm(text) in (_norm(labels[i]), _norm(raw[i]))]
     if not exact:
-        raise InputError(f"token {quoted(text)} is not in the text; its {len(labels)} tokens are: "
+        raise InputError(f"token {quoted(text)} is not in the text; its {tokens(len(labels))} are: "
                          f"{_listing(labels)}")
     if len(exact) > 1:
         where = ", ".join(f"{labels[i]}@{i}" for i in exact)

@@ -23,7 +23,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import quoted, tokens
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def _label(model, i: int) -> str:
 def check_same_length(label_a: str, ids_a, label_b: str, ids_b) -> None:
     """InputError with both lengths unless the two id lists are equally long."""
     if len(ids_a) != len(ids_b):
-        raise InputError(f"the {label_a} text is {len(ids_a)} tokens and the {label_b} text "
+        raise InputError(f"the {label_a} text is {tokens(len(ids_a))} and the {label_b} text "
                          f"{len(ids_b)}: a pair needs texts of one length")
 
 

@@ -47,7 +47,7 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.packed import forward_batch
 from attnviz.engine.computing.trace import Patch, Trace
 from attnviz.engine.errors import Cancelled, InputError, NoPrediction
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import quoted, tokens
 
 WHATS = ("resid", "head_out", "head_out_by_pos", "head_pattern", "mlp_out")
 DIRECTIONS = ("denoise", "noise")
@@ -111,7 +111,7 @@ def check_ids(ids_clean, ids_corrupt) -> None:
             raise InputError(f"the {label} text is empty (0 tokens): patching needs two texts of "
                              "one length")
     if len(ids_clean) != len(ids_corrupt):
-        raise InputError(f"the clean text is {len(ids_clean)} tokens and the corrupted text "
+        raise InputError(f"the clean text is {tokens(len(ids_clean))} and the corrupted text "
                          f"{len(ids_corrupt)}: patching needs texts of one length")
 
 

@@ -29,7 +29,7 @@ from attnviz.engine.computing.families import output_projection
 from attnviz.engine.computing.layers import merge_heads
 from attnviz.engine.computing.logits import LMHead, log_softmax, vocab_logits, vocab_logits_of
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import quoted, tokens
 
 
 def prediction_trace(**kw) -> Trace:
@@ -42,7 +42,7 @@ def position_index(T: int, position: int | None) -> int:
     if position is None:
         return T - 1
     if not -T <= position < T:
-        raise InputError(f"position {position} is outside the {T} tokens (0..{T - 1}, or -1..-{T} "
+        raise InputError(f"position {position} is outside the {tokens(T)} (0..{T - 1}, or -1..-{T} "
                          "from the end)")
     return position % T
 
