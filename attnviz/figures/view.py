@@ -338,11 +338,12 @@ class Shown:
         return float(self.rows(layer, q, q + 1, [head], (k, k + 1))[0, 0, 0])
 
     def undefined(self, layer: int, head: int, q: int) -> bool:
-        """Whether query q's shown row has no weight: the first key hidden and no other key left
-        (a decoder's first query, renormalised 0/0; the exports leave it blank: ExportView.blank)."""
-        if not self.hide_first or q != 0 or self.n_tok < 1:
-            return False  # (every later query keeps itself as a key)
-        return not (self.rows(layer, 0, 1, [head], (1, self.n_tok)) > 0).any()
+        """Whether query q's shown row has no weight: the first key hidden and no weight left on
+        the others (a decoder's first query, renormalised 0/0; or a sink's row whose other weights
+        are 0 in float32). Its numbers are undefined; the exports leave it blank: ExportView.blank."""
+        if not self.hide_first or self.n_tok < 2:
+            return False
+        return not (self.rows(layer, q, q + 1, [head], (1, self.n_tok)) > 0).any()
 
     def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
         """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell

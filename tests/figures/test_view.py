@@ -143,3 +143,16 @@ def test_window_edge_follows_the_mask():
         else:
             assert first == 0 and all(x >= 1 for x in xs)
     assert window_edge(W, W) == [] and window_edge(T, None) == []
+
+
+def test_every_row_with_no_weight_left_once_the_first_key_is_hidden_is_undefined():
+    """A sink head whose float32 softmax left exactly 0 on every other key: with the first key
+    hidden, rows 0..2 have nothing left to renormalise (0/0), as the exports leave them blank; row 3
+    keeps weights. Without Hide first token no row is undefined."""
+    a = np.zeros((1, 1, 4, 4), np.float32)
+    a[0, 0, :, 0] = 1.0
+    a[0, 0, 3] = [0.5, 0.2, 0.2, 0.1]
+    hidden = Shown(SimpleNamespace(attentions=a), hide_first=True)
+    assert [hidden.undefined(0, 0, q) for q in range(4)] == [True, True, True, False]
+    shown = Shown(SimpleNamespace(attentions=a), hide_first=False)
+    assert not any(shown.undefined(0, 0, q) for q in range(4))

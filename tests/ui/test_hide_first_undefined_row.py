@@ -47,7 +47,7 @@ def test_a_decoders_first_row_is_blank_and_undefined(qtbot, tmp_path):
     assert all(_grid_pixel(g, x0 + k + 0.5, y0 + 0.5) == gap for k in range(1, T))
     assert _grid_pixel(g, x0 + 1.5, y0 + 1.5) != gap  # the second row's first shown key: coloured
     tip = _hover_grid(qtbot, g, x0 + 2.5, y0 + 0.5)
-    assert "undefined: its only key, the first, is hidden" in tip and "0.00" not in tip, tip
+    assert "undefined: no weight left once the first key is hidden" in tip and "0.00" not in tip, tip
     tip = _hover_grid(qtbot, g, x0 + 1.5, y0 + 1.5)
     assert f"  {float(st.shown().weight(0, 1, 1, 1)):.2f}" in tip and "undefined" not in tip, tip
 
@@ -60,7 +60,7 @@ def test_a_decoders_first_row_is_blank_and_undefined(qtbot, tmp_path):
     qtbot.waitUntil(lambda: "L0 H1" in f.title.text(), timeout=WAIT)
     qtbot.waitUntil(focus_painted, timeout=WAIT)
     hover_plot(qtbot, f.vb, f.gw, 3.5, 0.5)
-    assert "undefined: its only key, the first, is hidden" in f.hover_text, f.hover_text
+    assert "undefined: no weight left once the first key is hidden" in f.hover_text, f.hover_text
     w.worker.wait_idle()
 
 

@@ -217,9 +217,8 @@ class FocusView(QWidget):
         k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
         self._k0 = k0  # (and has no label)
         values = region.values[0, 0]
-        if shown.undefined(layer, head, 0):  # no key left in the first row: blank (NaN), as exports leave it
-            values = values.copy()
-            values[0] = np.nan
+        if shown.hide_first:  # a row with no weight left (0/0): blank (NaN), as exports leave it
+            values = np.where((values > 0).any(-1, keepdims=True), values, np.float32(np.nan))
         self.img.setImage(values, autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self._bar = update_bar(self.cbar, self._bar, (0.0, top), bar_label(shown.weighted), st.colormap)

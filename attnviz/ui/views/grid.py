@@ -207,8 +207,8 @@ class HeatmapGrid(QWidget):
             top = shown.shared_top()
             heat_positions(heads, top, out=f)
             bar = (0.0, top, bar_label(shown.weighted))
-        if shown.hide_first and not signed:  # a first row with no key left (0/0): the gap (exports: blank)
-            f[~(heads[:, 0] > 0).any(-1), 0] = 0
+        if shown.hide_first and not signed:  # a row with no weight left (0/0): the gap (exports: blank)
+            f[~(heads > 0).any(-1)] = 0
         self._bar = update_bar(self.cbar, self._bar, bar[:2], bar[2])  # (its colormap: above)
         mosaic = self._mosaic
         mosaic.fill(0)

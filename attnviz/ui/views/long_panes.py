@@ -14,6 +14,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
 from attnviz.figures.long_picture import colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
+from attnviz.ui.views.mosaic import UNDEFINED
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
 DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
@@ -108,8 +109,9 @@ class _PatternArea(QWidget):
         lg, layer = self.long, self.layer()
         labels = lg.run.result.labels
         w = lg.shown().weight(layer, h, q, k)  # the shown weight, under the view's options
+        undefined = w is not None and lg.shown().undefined(layer, h, q)  # (the dense views' words)
         text = (f"{head_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  "
-                + ("(hidden)" if w is None else f"{w:.4g}"))
+                + ("(hidden)" if w is None else UNDEFINED if undefined else f"{w:.4g}"))
         ov = self.overview_of(h)
         if ov is not None and not ov.exact and ov.region == lg.region:
             rect = self.head_rect(h)

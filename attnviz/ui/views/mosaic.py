@@ -35,6 +35,9 @@ def raw_pieces(result, q: int, k: int) -> str:
     return f"  [{raw[q]} → {raw[k]}]"
 
 
+UNDEFINED = "undefined: no weight left once the first key is hidden"  # (a row's read-out, renormalised 0/0)
+
+
 def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     """The read-out of one cell as the heatmaps show it (the grid and the focus view): the shown
     weight, `(hidden)` for the first key column while Hide first token is on, or `undefined` for
@@ -42,7 +45,7 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     r, shown = state.result, state.shown()
     value = shown.weight(layer, head, q, k)
     if value is None or shown.undefined(layer, head, q):
-        why = "(hidden)" if value is None else "undefined: its only key, the first, is hidden"
+        why = "(hidden)" if value is None else UNDEFINED
         return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  {why}" + raw_pieces(r, q, k)
     text = readout(r, layer, head, q, k, value, state.badge(layer, head))
     if shown.weighted:
