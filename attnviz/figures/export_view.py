@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from attnviz.engine.reading.token_text import plural
-from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.computing.patterns import head_title, no_weight_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +49,7 @@ class ExportView:
     def _blank(self) -> np.ndarray:
         if not self.hide_first:
             return np.zeros(self.patterns.shape[:3], bool)
-        return ~(self.patterns > 0).any(axis=-1)  # (a renormalised row sums to 1 or has nothing)
+        return no_weight_rows(self.patterns)
 
     def values(self) -> np.ndarray:
         """The patterns as written out: the blank rows NaN."""

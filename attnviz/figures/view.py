@@ -43,7 +43,7 @@ import numpy as np
 
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.parallel import in_parallel
-from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
+from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, no_weight_rows, reweigh
 from attnviz.engine.errors import Cancelled, InputError
 
 EMPTY_TOP = 1.0  # the colour-scale top when nothing shown is above 0
@@ -343,7 +343,7 @@ class Shown:
         are 0 in float32). Its numbers are undefined; the exports leave it blank: ExportView.blank."""
         if not self.hide_first or self.n_tok < 2:
             return False
-        return not (self.rows(layer, q, q + 1, [head], (1, self.n_tok)) > 0).any()
+        return bool(no_weight_rows(self.rows(layer, q, q + 1, [head], (1, self.n_tok))).all())
 
     def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
         """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell

@@ -89,3 +89,17 @@ def test_a_row_whose_other_keys_weigh_a_subnormal_total_is_renormalised_not_inf(
     out = reweigh(att, keep, key_totals(att, keep))
     assert np.isfinite(out).all(), out
     np.testing.assert_allclose(out[0, 0], [0, 0.25, 0.75], rtol=1e-3)
+
+
+def test_hiding_the_first_key_of_a_row_whose_other_keys_weigh_a_subnormal_total_is_finite():
+    """drop_first_key renormalises as reweigh does: a sink head's row whose other keys weigh a
+    float32 subnormal in all comes out finite, summing to 1; a row with nothing left stays 0."""
+    from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows
+
+    att = np.array([[1.0, 1e-41, 3e-41], [1.0, 0.0, 0.0]], np.float32)
+    out = drop_first_key(att)
+    assert np.isfinite(out).all(), out
+    np.testing.assert_allclose(out[0], [0.25, 0.75], rtol=1e-3)
+    assert (out[1] == 0).all() and no_weight_rows(out).tolist() == [False, True]
+    into = np.full((2, 2), 7.0, np.float32)
+    assert drop_first_key(att, out=into) is into and (into[1] == 0).all()

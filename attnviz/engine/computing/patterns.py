@@ -20,8 +20,17 @@ def drop_first_key(att: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     nothing left to show: it becomes all zeros, never NaN."""
     rest = np.asarray(att, dtype=np.float32)[..., 1:]
     total = rest.sum(axis=-1, keepdims=True)
-    inv = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)  # an empty row stays 0
-    return np.multiply(rest, inv, out=out)
+    out = np.zeros_like(rest) if out is None else out
+    out[...] = 0  # an empty row stays 0
+    # (rest / total, not rest * (1 / total): a subnormal total's inverse overflows, as in reweigh)
+    return np.divide(rest, total, out=out, where=total > 0)
+
+
+def no_weight_rows(att: np.ndarray) -> np.ndarray:
+    """[..., n_q, n_k] -> [..., n_q] bool: the rows with no weight on any key shown. Under Hide first
+    token (drop_first_key, reweigh) those are 0/0, undefined: every view and export leaves them
+    blank. (A renormalised row sums to 1 or has nothing.)"""
+    return ~(np.asarray(att) > 0).any(axis=-1)
 
 
 def key_totals(att: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attnviz.engine.computing.patterns import group_size, head_title
+from attnviz.engine.computing.patterns import group_size, head_title, no_weight_rows
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
 from attnviz.ui.views.compute_figures import tokens
@@ -218,7 +218,7 @@ class FocusView(QWidget):
         self._k0 = k0  # (and has no label)
         values = region.values[0, 0]
         if shown.hide_first:  # a row with no weight left (0/0): blank (NaN), as exports leave it
-            values = np.where((values > 0).any(-1, keepdims=True), values, np.float32(np.nan))
+            values = np.where(no_weight_rows(values)[:, None], np.float32(np.nan), values)
         self.img.setImage(values, autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self._bar = update_bar(self.cbar, self._bar, (0.0, top), bar_label(shown.weighted), st.colormap)

@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
-from attnviz.engine.computing.patterns import group_size, head_title
+from attnviz.engine.computing.patterns import group_size, head_title, no_weight_rows
 from attnviz.ui.views.mosaic import (
     Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, same_layout, tile_index,
     title_room, title_spots, view_geometry,
@@ -208,7 +208,7 @@ class HeatmapGrid(QWidget):
             heat_positions(heads, top, out=f)
             bar = (0.0, top, bar_label(shown.weighted))
         if shown.hide_first and not signed:  # a row with no weight left (0/0): the gap (exports: blank)
-            f[~(heads > 0).any(-1)] = 0
+            f[no_weight_rows(heads)] = 0
         self._bar = update_bar(self.cbar, self._bar, bar[:2], bar[2])  # (its colormap: above)
         mosaic = self._mosaic
         mosaic.fill(0)
