@@ -23,7 +23,7 @@ from attnviz.ui.panels.calc_fields import (
 from attnviz.ui.panels.calc_notes import as_sentence, dropped_text, kept_text, typeset
 from attnviz.ui.panels.calc_views import (
     MLA_SET, CompareTable, KVPlot, ShapesTable, error_label, flops_text, footnote_label, heading, kv_text, live_text,
-    mla_fields, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
+    mla_fields, note_label, params_text, result_label, sentence_text, summary_text, tokens,
 )
 
 
@@ -264,7 +264,7 @@ class CalcPanel(QWidget):
         """The figures: summary, shapes, parameters, KV cache, the comparison, FLOPs, notes."""
         res.setContentsMargins(0, 0, 0, 0)
         res.setSpacing(6)
-        self.summary_label = rich_label()
+        self.summary_label = result_label()
         res.addWidget(self.summary_label)
 
         res.addWidget(heading("Shapes [out, in]"))
@@ -272,16 +272,16 @@ class CalcPanel(QWidget):
         res.addWidget(self.shapes_table)
 
         res.addWidget(heading("Parameters"))
-        self.params_label = rich_label()
+        self.params_label = result_label()
         res.addWidget(self.params_label)
 
         res.addWidget(heading("KV cache"))
-        self.kv_label = rich_label()
+        self.kv_label = result_label()
         res.addWidget(self.kv_label)
-        self.sentence_label = rich_label()
+        self.sentence_label = result_label()
         self.sentence_label.setToolTip("The sentence in the text box, cached by this model layout.")
         res.addWidget(self.sentence_label)
-        self.live_label = rich_label()
+        self.live_label = result_label()
         self.live_label.setToolTip(
             "The keys and values (after RoPE) that attnviz's own engine keeps from the last run, in "
             "float32: the tokens' own bytes (the calculator's count), and the memory of the arrays "
@@ -297,7 +297,7 @@ class CalcPanel(QWidget):
         self.plot = KVPlot()
         res.addWidget(self.plot)
 
-        self.flops_label = rich_label()
+        self.flops_label = result_label()
         res.addWidget(self.flops_label)
 
         self.notes_label = footnote_label()

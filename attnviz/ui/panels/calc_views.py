@@ -23,6 +23,7 @@ from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.inputs import CalcInputs, resolve
 from attnviz.engine.errors import CalcError
 from attnviz.figures.style import BACKGROUND, ERROR, TEXT
+from attnviz.ui.views.fields import rich_label
 
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 DISABLED = "#808080"  # the plot's curves and legend while the inputs are invalid
@@ -425,11 +426,11 @@ def _arrays_text(held: int, allocated: int) -> str:
 
 # -- messages --------------------------------------------------------------------------------------
 
-def rich_label() -> QLabel:
-    """A wrapping label of the panel's results, in rich text."""
-    label = QLabel()
+def result_label() -> QLabel:
+    """A wrapping label of the panel's results, in rich text (fields.rich_label: what it quotes is
+    escaped where it is written)."""
+    label = rich_label(QLabel())
     label.setWordWrap(True)
-    label.setTextFormat(Qt.TextFormat.RichText)
     return label
 
 
