@@ -6,9 +6,11 @@ from tiny import tiny_text_decoder
 
 
 @pytest.fixture
-def cli(capsys):
+def cli(capsys, qapp):
     """`attnviz ARGV` run in this process: (exit status, stdout, stderr). argparse's usage errors
-    and --version raise SystemExit through it, as from main."""
+    and --version raise SystemExit through it, as from main. The session's QApplication is made
+    first: an export would otherwise leave a QGuiApplication, and a widget test after it in the
+    same process aborts."""
     from attnviz.cli import main
 
     def run(*argv):
