@@ -12,7 +12,9 @@ tests/figures/test_view.py (dense) and tests/figures/test_shown_long.py (long ag
 - Hide first token: the first key column is hidden, not zeroed: its key weight w_0 is 0 and each
   row is renormalised over the other keys (patterns.drop_first_key). Both options are one rule:
   shown_qk = a_qk w_k / sum_j a_qj w_j (`key_weights`, patterns.reweigh), a row whose total is 0
-  all zeros; with neither, the weights as stored. No view shows a value for the hidden key, and it
+  all zeros; with neither, the weights as stored. Under Hide first token such a row is undefined
+  (patterns.no_weight_rows), blank in every view and export; a pooled cell shows the defined rows
+  of its block alone and is blank only where every row of it is undefined (pooled_undefined). No view shows a value for the hidden key, and it
   takes no part in the colour levels. A dense region at one cell per token leaves its column out
   (`key_pos`: 1..T-1; the window leaves its place blank, an export leaves it out); a region of
   cells (`cells`) and a pooled one are in token coordinates, where the hidden key counts as a 0,
@@ -347,12 +349,15 @@ class Shown:
 
     def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
         """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell
-        a pooled pixel shows."""
+        a pooled pixel shows, in a defined row (the pixel pools those alone: pooled_undefined)."""
         lo = max(k0, int(self.key_pos[0]) if len(self.key_pos) else 0)
         q1, k1 = min(self.n_tok, q0 + pool), min(self.n_tok, k0 + pool)
         if q1 <= q0 or k1 <= lo:
             return q0, k0
         block = self.rows(layer, q0, q1, [head], (lo, k1))[0]
+        if self.hide_first:  # (an undefined row's zeros would win a block of zeros)
+            undefined = no_weight_rows(self.rows(layer, q0, q1, [head], (1, self.n_tok))[0])
+            block = np.where(undefined[:, None], np.float32(-1), block)
         dq, dk = np.unravel_index(int(block.argmax()), block.shape)
         return q0 + int(dq), lo + int(dk)
 
