@@ -62,6 +62,13 @@ class Region:
     rows: np.ndarray  # [n_rows] first query position of each row
     cols: np.ndarray  # [n_cols] first key position of each column
     pool: int  # tokens per row / column (1: one cell per token)
+    hide_first: bool = False  # the first key hidden: rows with no weight left are undefined
+
+    @property
+    def blank(self) -> np.ndarray | None:  # -> [n_layers, n_heads, n_rows] bool
+        """The undefined rows, which a view leaves blank (a pooled row where each of its rows is:
+        its block maxima are then all 0, patterns.pooled_undefined); None without Hide first token."""
+        return no_weight_rows(self.values) if self.hide_first else None
 
 
 @dataclass(frozen=True, eq=False)  # (compared by identity: one per computation)
@@ -276,8 +283,9 @@ class Shown:
         pool = max(1, int(pool))
         if pool == 1:
             return Region(part[..., int(self.key_pos[0]):] if self.hide_first else part,
-                          np.arange(a, b), self.key_pos, 1)
-        return Region(max_pool(part, pool), np.arange(a, b, pool), np.arange(0, self.n_tok, pool), pool)
+                          np.arange(a, b), self.key_pos, 1, self.hide_first)
+        return Region(max_pool(part, pool), np.arange(a, b, pool), np.arange(0, self.n_tok, pool), pool,
+                      self.hide_first)
 
     def cells(self, layer: int, region=None, shape: tuple[int, int] = (1, 1), reduce: str = "max",
               heads=None, stop: Callable[[], bool] | None = None) -> Overview:
