@@ -14,7 +14,7 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
-from attnviz.engine.computing.patterns import max_pool
+from attnviz.engine.computing.patterns import max_pool, pooled_undefined
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.heatmap_layout import (
     FigureLayout, PanelBox, bar_label_spots, elide, layout, panel_title,
@@ -76,12 +76,13 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
         elif box.cell < 1:  # more cells than pixels: keep every peak visible (max, not mean)
             f = math.ceil(1 / box.cell)
             pooled = max_pool(view.patterns[i, j], f)
+            rgb = lut[heat_index(pooled, float(view.levels[i, j, 1]))]
+            rgb[pooled_undefined(view.blank()[i, j], f)] = BLANK  # (blank where each row is)
             painter.save()
             painter.setClipRect(rect)
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
             painter.drawImage(QRectF(box.x, box.y, pooled.shape[1] * f * box.cell,
-                                     pooled.shape[0] * f * box.cell),
-                              figure_image(lut[heat_index(pooled, float(view.levels[i, j, 1]))]))
+                                     pooled.shape[0] * f * box.cell), figure_image(rgb))
             painter.restore()
         else:
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)

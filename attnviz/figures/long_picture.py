@@ -5,7 +5,7 @@ the same table at the same levels as the window paints it (overview.shown_index:
 view's scale mode, the large head at its own top), and says which scales those are under the
 picture, with their tops, and in its title the display options applied (first key hidden,
 value-weighted), as the view's line says them. Each cell is a square of whole pixels, so a cell's
-colour is the screen's (a hidden first key's black, as on screen)."""
+colour is the screen's (a hidden first key's and an undefined row's black, as on screen)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per c
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
 REDUCE_WORDS = {"max": "block max", "mean": "block mean"}
 OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the view says them
-HIDDEN_KEY = (0, 0, 0, 255)  # a hidden first key's cells: black, on screen and in the picture alike
+HIDDEN_KEY = (0, 0, 0, 255)  # a hidden first key's cells and undefined rows: black, on screen and in the picture
 
 
 def colour_table(name: str) -> list[int]:

@@ -114,10 +114,13 @@ def colour_index(values: np.ndarray, top, log: bool = False) -> np.ndarray:
 def shown_index(ov, scale_mode: str, log: bool = False) -> np.ndarray:  # -> [n, H, W] uint8
     """An overview's (figures/view.Overview) colour-table indices as the long view paints them and
     its export writes them: levels 0..tops(values, scale_mode), linear or log; a hidden first key's
-    own column (a region from key 0 at one key per cell) is the gap, 0, as in the grid."""
+    own column (a region from key 0 at one key per cell) and a row of cells whose every query row
+    is undefined (Overview.blank) are the gap, 0, as in the grid."""
     idx = colour_index(ov.values, tops(ov.values, scale_mode), log)
     if ov.options[0] and ov.region[2] == 0 and ov.edges(1)[1] == 1:
         idx[:, :, 0] = 0
+    if ov.blank is not None:
+        idx[ov.blank] = 0
     return idx
 
 

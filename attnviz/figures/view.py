@@ -12,7 +12,9 @@ tests/figures/test_view.py (dense) and tests/figures/test_shown_long.py (long ag
 - Hide first token: the first key column is hidden, not zeroed: its key weight w_0 is 0 and each
   row is renormalised over the other keys (patterns.drop_first_key). Both options are one rule:
   shown_qk = a_qk w_k / sum_j a_qj w_j (`key_weights`, patterns.reweigh), a row whose total is 0
-  all zeros; with neither, the weights as stored. No view shows a value for the hidden key, and it
+  all zeros; with neither, the weights as stored. Under Hide first token such a row is undefined
+  (patterns.no_weight_rows), blank in every view and export; a pooled cell shows the defined rows
+  of its block alone and is blank only where every row of it is undefined (pooled_undefined). No view shows a value for the hidden key, and it
   takes no part in the colour levels. A dense region at one cell per token leaves its column out
   (`key_pos`: 1..T-1; the window leaves its place blank, an export leaves it out); a region of
   cells (`cells`) and a pooled one are in token coordinates, where the hidden key counts as a 0,
@@ -60,14 +62,22 @@ class Region:
     rows: np.ndarray  # [n_rows] first query position of each row
     cols: np.ndarray  # [n_cols] first key position of each column
     pool: int  # tokens per row / column (1: one cell per token)
+    hide_first: bool = False  # the first key hidden: rows with no weight left are undefined
+
+    @property
+    def blank(self) -> np.ndarray | None:  # -> [n_layers, n_heads, n_rows] bool
+        """The undefined rows, which a view leaves blank (a pooled row where each of its rows is:
+        its block maxima are then all 0, patterns.pooled_undefined); None without Hide first token."""
+        return no_weight_rows(self.values) if self.hide_first else None
 
 
 @dataclass(frozen=True, eq=False)  # (compared by identity: one per computation)
 class Overview:
     """The cells of one layer's heads over a region (Shown.cells): values [n_heads, H, W] float32,
-    each the max or the mean of its block of shown weights (`reduce`), under `options`
-    (hide_first, value-weighted) as applied, computed from `source` (the run or result shown);
-    exact when each cell is one weight."""
+    each the max or the mean of its block of shown weights (`reduce`) in the block's defined rows,
+    under `options` (hide_first, value-weighted) as applied, computed from `source` (the run or
+    result shown); exact when each cell is one weight. `blank` [n_heads, H]: the rows of cells
+    whose every query row is undefined (Shown.undefined_rows), which every view leaves blank."""
     layer: int
     heads: tuple
     region: tuple
@@ -75,6 +85,7 @@ class Overview:
     values: np.ndarray  # [n_heads, H, W] float32
     options: tuple = (False, False)
     source: object = field(default=None, repr=False)  # the LongRun / Result the cells were computed from
+    blank: np.ndarray | None = field(default=None, repr=False)  # [n_heads, H] bool (None: none)
 
     @property
     def exact(self) -> bool:
@@ -272,14 +283,16 @@ class Shown:
         pool = max(1, int(pool))
         if pool == 1:
             return Region(part[..., int(self.key_pos[0]):] if self.hide_first else part,
-                          np.arange(a, b), self.key_pos, 1)
-        return Region(max_pool(part, pool), np.arange(a, b, pool), np.arange(0, self.n_tok, pool), pool)
+                          np.arange(a, b), self.key_pos, 1, self.hide_first)
+        return Region(max_pool(part, pool), np.arange(a, b, pool), np.arange(0, self.n_tok, pool), pool,
+                      self.hide_first)
 
     def cells(self, layer: int, region=None, shape: tuple[int, int] = (1, 1), reduce: str = "max",
               heads=None, stop: Callable[[], bool] | None = None) -> Overview:
         """The shown weights of `layer`'s heads (all, or `heads`) over region = (r0, r1, c0, c1)
         (rows r0..r1-1 x keys c0..c1-1; None: all) at most shape = (H, W) cells, each the max or
-        the mean of its block (`cell_edges`) in token coordinates; a region of at most H x W
+        the mean of its block (`cell_edges`) in token coordinates, over the block's defined rows
+        (Overview.blank: the rows of cells with none); a region of at most H x W
         weights comes back exact. stop(), asked before each block of rows, ends the work with
         Cancelled when it says so (a newer view is wanted)."""
         if reduce not in REDUCES:
@@ -296,14 +309,17 @@ class Shown:
             every = heads == tuple(range(self.n_head))  # (then its keys are not repeated per head)
             values = self.patterns.overview(layer, (H, W), reduce, heads=None if every else list(heads),
                                             region=region, stop=stop)  # (block maxima over the scores)
+            blank = np.zeros((len(heads), H), bool)
         else:
-            values = self._fold_cells(layer, np.asarray(heads, dtype=np.int64), region, (H, W),
-                                      reduce, stop)
-        return Overview(int(layer), heads, region, reduce, values, self.applied, self.result)
+            values, blank = self._fold_cells(layer, np.asarray(heads, dtype=np.int64), region, (H, W),
+                                             reduce, stop)
+        return Overview(int(layer), heads, region, reduce, values, self.applied, self.result, blank)
 
-    def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> np.ndarray:
+    def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> tuple[np.ndarray, np.ndarray]:
         """Cells of exact shown rows, ROW_BLOCK rows at a time; a long run's blocks shared out to
-        threads (engine/parallel.in_parallel), each block's cells combined after."""
+        threads (engine/parallel.in_parallel), each block's cells combined after. -> (values
+        [n, H, W], blank [n, H]): a mean is over a cell's defined rows (an undefined row's zeros
+        add nothing to its sum), and a row of cells with none is blank."""
         r0, r1, c0, c1 = region
         H, W = shape
         row_edges, col_edges = cell_edges(r0, r1, H), cell_edges(0, c1 - c0, W)
@@ -317,19 +333,23 @@ class Shown:
             j = int(np.searchsorted(row_edges, b, side="left"))
             starts = np.concatenate([[a], row_edges[i + 1:j]]) - a
             rows = self.rows(layer, a, b, heads, (c0, c1))  # [n, b - a, c1 - c0]
-            parts[t] = (i, j, fold(fold(rows, col_edges[:-1], axis=2), starts, axis=1))  # [n, j - i, W]
+            defined = (~self.undefined_rows(layer, a, b, heads, stop)).astype(np.int64)  # [n, b - a]
+            parts[t] = (i, j, fold(fold(rows, col_edges[:-1], axis=2), starts, axis=1),  # [n, j - i, W]
+                        np.add.reduceat(defined, starts, axis=1))  # [n, j - i] defined rows
             return buf
 
         in_parallel(len(blocks), block, None if self.long else 1, stop)
         out = np.zeros((len(heads), H, W), dtype=np.float32)
-        for i, j, part in parts:
+        counts = np.zeros((len(heads), H), dtype=np.int64)
+        for i, j, part, defined in parts:
+            counts[:, i:j] += defined
             if reduce == "max":
                 np.maximum(out[:, i:j], part, out=out[:, i:j])
             else:
                 out[:, i:j] += part
-        if reduce == "mean":
-            out /= np.outer(np.diff(row_edges), np.diff(col_edges)).astype(np.float32)
-        return out
+        if reduce == "mean":  # (a blank cell's sum is 0, and stays 0)
+            out /= (np.maximum(counts, 1)[:, :, None] * np.diff(col_edges)).astype(np.float32)
+        return out, counts == 0
 
     def weight(self, layer: int, head: int, q: int, k: int) -> float | None:
         """The shown weight from query q to key k, or None for a hidden key."""
@@ -341,18 +361,29 @@ class Shown:
         """Whether query q's shown row has no weight: the first key hidden and no weight left on
         the others (a decoder's first query, renormalised 0/0; or a sink's row whose other weights
         are 0 in float32). Its numbers are undefined; the exports leave it blank: ExportView.blank."""
+        return bool(self.undefined_rows(layer, q, q + 1, [head])[0, 0])
+
+    def undefined_rows(self, layer: int, a: int, b: int, heads=None, stop=None) -> np.ndarray:
+        """[n_heads, b - a] bool: which of query rows a..b-1 of `heads` (None: all) are undefined
+        (`undefined`); none without Hide first token. A long run's: its rows' totals of 0."""
+        heads = np.arange(self.n_head) if heads is None else np.asarray(heads, dtype=np.int64)
         if not self.hide_first or self.n_tok < 2:
-            return False
-        return bool(no_weight_rows(self.rows(layer, q, q + 1, [head], (1, self.n_tok))).all())
+            return np.zeros((len(heads), b - a), bool)
+        if not self.long:
+            return no_weight_rows(self._shown()[layer][heads, a:b])  # (the hidden key: 0)
+        return ~(self._row_totals(layer, heads, a, b, stop) > 0)
 
     def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
         """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell
-        a pooled pixel shows."""
+        a pooled pixel shows, in a defined row (the pixel pools those alone: pooled_undefined)."""
         lo = max(k0, int(self.key_pos[0]) if len(self.key_pos) else 0)
         q1, k1 = min(self.n_tok, q0 + pool), min(self.n_tok, k0 + pool)
         if q1 <= q0 or k1 <= lo:
             return q0, k0
         block = self.rows(layer, q0, q1, [head], (lo, k1))[0]
+        if self.hide_first:  # (an undefined row's zeros would win a block of zeros)
+            undefined = self.undefined_rows(layer, q0, q1, [head])[0]
+            block = np.where(undefined[:, None], np.float32(-1), block)
         dq, dk = np.unravel_index(int(block.argmax()), block.shape)
         return q0 + int(dq), lo + int(dk)
 

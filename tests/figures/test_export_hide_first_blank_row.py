@@ -4,6 +4,7 @@ figure leaves the row blank (with a note) where the other rows are coloured; the
 written as zeros, which read as a row that attends nowhere."""
 
 import csv
+import math
 import io
 import json
 
@@ -39,3 +40,30 @@ def test_the_first_row_of_a_decoder_is_undefined_in_every_export(qapp, toy):
     assert all(at(0, k).name() == "#ffffff" for k in range(T - 1))
     assert at(1, 0).name() != "#ffffff"
     assert any("a row with no other key left blank" in text for text, _f, _c in lay.header_lines)
+
+
+def test_a_figure_smaller_than_its_rows_blanks_a_pixel_only_where_each_row_is_undefined(qapp):
+    """Drawn smaller than its cells, a figure pools rows (their block max): a pixel whose rows are
+    all undefined is blank, one with a defined row shows those rows (an undefined row's zeros were
+    pooled into the colour of 0)."""
+    from attnviz.figures.export_view import ExportView
+
+    T, n_blank = 600, 9  # a sink head's first 9 rows: no weight left once the first key is hidden
+    att = np.tril(np.random.default_rng(0).random((T, T), dtype=np.float32))[:, 1:]
+    att[:n_blank] = 0
+    att /= np.maximum(att.sum(-1, keepdims=True), 1e-30)
+    labels = [f"t{i}" for i in range(T)]
+    view = ExportView(model="m", text="", tokens=labels, labels=labels, ids=list(range(T)), scope="head",
+                      layer=0, head=0, layers=[0], heads=[0], patterns=att[None, None], key_pos=list(range(1, T)),
+                      kv_group=[0], colormap="viridis", scale_mode="shared", hide_first=True,
+                      levels=np.array([[[0.0, float(att.max())]]], np.float32))
+    image, lay = heatmaps.render_image(view, 400)
+    (box,) = lay.panels
+    f = math.ceil(1 / box.cell)
+    assert f >= 2 and n_blank % f
+    # the pixel at the middle of the block of f x f cells from (q, k)
+    at = lambda q, k: QColor(image.pixel(int(box.x + (k + f / 2) * box.cell), int(box.y + (q + f / 2) * box.cell)))  # noqa: E731
+    whole = n_blank // f * f  # rows in blocks of undefined rows alone
+    # (the first and last blocks of each side under the frame)
+    assert {at(q, k).name() for q in range(f, whole, f) for k in range(f, T - 1 - 3 * f, f)} == {"#ffffff"}
+    assert at(whole, f).name() != "#ffffff"  # (its block's last row is defined)

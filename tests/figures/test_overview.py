@@ -126,3 +126,28 @@ def test_log_colours_span_the_decades_below_the_top():
     t = ov.tops(np.array([[[0.2]], [[0.0]]], np.float32), "per-head")
     assert t.tolist() == [pytest.approx(0.2), 1.0]
     assert ov.tops(np.array([[[0.2]], [[0.4]]], np.float32), "shared").tolist() == [pytest.approx(0.4)] * 2
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_a_cell_pools_its_defined_rows_and_a_row_of_cells_with_none_is_blank(reduce):
+    """Hide first token: a sink head's rows with all their weight on the first key are undefined.
+    A cell of the long view shows the max or the mean of its block's defined rows alone, and a row
+    of cells whose rows are all undefined is painted blank (the gap, index 0), as the grid leaves
+    an undefined row; with a defined row it is coloured. (The mean took the undefined rows as 0s,
+    and a block of undefined rows was painted in the colour of 0.)"""
+    from types import SimpleNamespace
+
+    T = 12
+    att = np.tril(np.random.default_rng(1).random((T, T), dtype=np.float32)) + np.eye(T, dtype=np.float32)
+    att[:6] = 0
+    att[:6, 0] = 1  # rows 0..5: every weight on the first key
+    att /= att.sum(-1, keepdims=True)
+    shown = Shown(SimpleNamespace(attentions=att[None, None]), hide_first=True)
+    cells = shown.cells(0, None, (3, 3), reduce)  # blocks of 4 rows: 0..3 undefined, 4..7 half, 8..11
+    rows = shown.rows(0, 0, T)[0]
+    fold = np.max if reduce == "max" else np.mean
+    idx = ov.shown_index(cells, "per-head")
+    assert (idx[0, 0] == 0).all() and (idx[0, 1:] > 0).all()
+    for j, (c0, c1) in enumerate([(0, 4), (4, 8), (8, 12)]):
+        assert cells.values[0, 1, j] == pytest.approx(float(fold(rows[6:8, c0:c1])), rel=1e-6)
+    assert cells.blank.tolist() == [[True, False, False]]

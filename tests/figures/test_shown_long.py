@@ -25,9 +25,10 @@ from attnviz.engine.computing.request import RunRequest
 CLOSE = dict(atol=1e-6, rtol=2e-6)
 OPTIONS = [(hide, weighted) for hide in (False, True) for weighted in (False, True)]
 # (region, shape): blocks of 4-5 rows x 5-6 keys; a region no larger than its cells (exact); a
-# region whose first cell is the first key alone; every row and key into a few cells
+# region whose first cell is the first key alone; every row and key into a few cells; the first
+# rows exact (a decoder's first, under Hide first token: undefined, a blank row)
 VIEWS = [((3, 34, 1, 30), (7, 5)), ((10, 22, 0, 20), (64, 64)), ((0, 37, 0, 37), (5, 37)),
-         ((0, 37, 0, 37), (3, 4))]
+         ((0, 37, 0, 37), (3, 4)), ((0, 6, 0, 37), (64, 64))]
 
 
 @pytest.fixture(scope="module", params=["llama_gqa", "mistral_window", "bert"])
@@ -50,14 +51,20 @@ def dense_shown(att, norms, hide_first, weighted):  # [.., T, T] -> [.., T, T], 
     return att
 
 
-def numpy_cells(pattern, region, shape, reduce):  # [n, T, T] -> [n, H, W]
+def numpy_cells(pattern, region, shape, reduce, hide_first=False):  # [n, T, T] -> [n, H, W], [n, H]
+    """The cells and their blank rows: a mean over a cell's defined rows (Hide first token: a row
+    with no weight on any key is undefined), a row of cells with none blank."""
     r0, r1, c0, c1 = region
     H, W = min(shape[0], r1 - r0), min(shape[1], c1 - c0)
     rows, cols = cell_edges(r0, r1, H), cell_edges(c0, c1, W)
     fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
     part = pattern[:, r0:r1, c0:c1]
     out = fold(fold(part, cols[:-1] - c0, axis=2), rows[:-1] - r0, axis=1)
-    return out / np.outer(np.diff(rows), np.diff(cols)) if reduce == "mean" else out
+    defined = (pattern[:, r0:r1] > 0).any(-1) if hide_first else np.ones(pattern.shape[:1] + (r1 - r0,), bool)
+    n_rows = np.add.reduceat(defined.astype(np.int64), rows[:-1] - r0, axis=1)  # [n, H]
+    if reduce == "mean":
+        out = out / (np.maximum(n_rows, 1)[:, :, None] * np.diff(cols))
+    return out, n_rows == 0
 
 
 @pytest.mark.parametrize("row_block", [256, 5])  # every row at once; blocks of 5 rows, totals kept
@@ -77,14 +84,15 @@ def test_a_long_runs_cells_are_the_dense_runs_under_every_option(runs, options, 
             b = dense.cells(layer, region, shape, reduce, heads=range(lp.n_head))
             assert a.values.shape == b.values.shape and a.options == b.options == options
             np.testing.assert_allclose(a.values, b.values, **CLOSE)
-            np.testing.assert_allclose(b.values, numpy_cells(want[layer], region, shape, reduce),
-                                       atol=1e-6, rtol=0)
+            values, blank = numpy_cells(want[layer], region, shape, reduce, options[0])
+            np.testing.assert_allclose(b.values, values, atol=1e-6, rtol=0)
+            assert np.array_equal(a.blank, blank) and np.array_equal(b.blank, blank)
             assert a.exact == (shape == (64, 64))
             for mode in ("shared", "per-head"):  # the colour levels of what is shown
                 np.testing.assert_allclose(ov.tops(a.values, mode), ov.tops(b.values, mode), **CLOSE)
         part = got.cells(layer, (5, 30, 2, 33), (4, 4), reduce, heads=[lp.n_head - 1, 0])
         np.testing.assert_allclose(part.values, numpy_cells(want[layer][[-1, 0]], (5, 30, 2, 33),
-                                                            (4, 4), reduce), **CLOSE)
+                                                            (4, 4), reduce, options[0])[0], **CLOSE)
 
 
 @pytest.mark.parametrize("options", OPTIONS)

@@ -33,6 +33,18 @@ def no_weight_rows(att: np.ndarray) -> np.ndarray:
     return ~(np.asarray(att) > 0).any(axis=-1)
 
 
+def pooled_undefined(undefined: np.ndarray, p: int) -> np.ndarray:  # [..., n_q] -> [..., ceil(n_q/p)]
+    """Which rows of a pattern pooled p rows to a cell are undefined: those whose every row is
+    (no_weight_rows); the last block takes the rows left. A block with a defined row shows its
+    defined rows alone (an undefined row holds only zeros, which no block max takes)."""
+    undefined = np.asarray(undefined, dtype=bool)
+    if p <= 1:
+        return undefined
+    pad = -undefined.shape[-1] % p
+    full = np.concatenate([undefined, np.ones((*undefined.shape[:-1], pad), bool)], axis=-1)
+    return full.reshape(*undefined.shape[:-1], -1, p).all(axis=-1)
+
+
 def key_totals(att: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """[..., n_q, n_k] x key weights [..., n_k] -> [..., n_q]: each row's sum of a_qk * w_k, the
     total a row is renormalised by (`reweigh`). Row blocks of a pattern give their rows' totals."""

@@ -191,6 +191,7 @@ class FocusView(QWidget):
         if lh is None:
             self._drawn_preview = None
             self.title.setText(self._empty_text())
+            self.cbar.setOpacity(0.0)  # no head, no scale to read (not hidden: its room stays)
             if self._T == -1:
                 return  # already empty: nothing to repaint while the user types
             self._T = -1
@@ -222,6 +223,7 @@ class FocusView(QWidget):
         self.img.setImage(values, autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self._bar = update_bar(self.cbar, self._bar, (0.0, top), bar_label(shown.weighted), st.colormap)
+        self.cbar.setOpacity(1.0)
         self._draw_title()
         if T != self._T:
             self._T = T
@@ -273,8 +275,9 @@ class FocusView(QWidget):
         return "Click a head in the grid to look at it here."
 
     def _clear(self):
-        """No head: an empty frame, no numbered axes."""
+        """No head: an empty frame, no numbered axes, no colour bar."""
         self.img.clear()
+        self.cbar.setOpacity(0.0)
         self.window_line.hide()
         self.title.setText(self._empty_text())
         self.plot.getAxis("left").setTicks([[]])

@@ -14,7 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
-from attnviz.engine.computing.patterns import group_size, head_title, no_weight_rows
+from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
     Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, same_layout, tile_index,
     title_room, title_spots, view_geometry,
@@ -207,8 +207,9 @@ class HeatmapGrid(QWidget):
             top = shown.shared_top()
             heat_positions(heads, top, out=f)
             bar = (0.0, top, bar_label(shown.weighted))
-        if shown.hide_first and not signed:  # a row with no weight left (0/0): the gap (exports: blank)
-            f[no_weight_rows(heads)] = 0
+        blank = region.blank if cmp is None else cmp.blank  # rows with no weight left (0/0): the gap
+        if blank is not None:  # (exports: blank; A - B: undefined on either side)
+            f[blank.reshape(f.shape[:2])] = 0
         self._bar = update_bar(self.cbar, self._bar, bar[:2], bar[2])  # (its colormap: above)
         mosaic = self._mosaic
         mosaic.fill(0)
@@ -422,7 +423,8 @@ class HeatmapGrid(QWidget):
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
         text = cell_readout(self.state, layer, head, q, k)
         if self.compare is not None:
-            text += GC.compare_readout(self.compare, self.drawn, layer, head, q, k)
+            text += GC.compare_readout(self.compare, self.drawn, layer, head, q, k,
+                                       self.state.shown().hide_first)
         return text
 
     def _on_mouse_moved(self, scene_pos):

@@ -13,6 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
 
+from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows, pooled_undefined
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
@@ -98,13 +99,16 @@ class Compared:
     values: np.ndarray  # [n_layers, n_head, rows, cols] as Shown.region gives A's
     lim: float | None  # the diverging scale's limit (the largest |A − B|, 0 where A = B); None: B's weights
     b: Shown  # B's weights as shown (their colour tops)
+    blank: np.ndarray | None = None  # [n_layers, n_head, rows] the undefined rows (Region.blank)
 
 
 def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | None:
     """In place of A's shown region (Shown.region(layers, pool=pool)): B's weights (mode "B") or
     A − B (mode "A-B"); None in mode "A" and for a long text. Not pending (pending()). Both sides are A's clean run and
     B's (no head switched off, weights as they are, the first key hidden where the grid hides it);
-    a pooled cell of A − B is its block's difference of largest size, its sign kept."""
+    a pooled cell of A − B is its block's difference of largest size, its sign kept. A row undefined
+    on either side (no weight left once the first key is hidden) has no difference: blank, and no
+    part of the limit or of a pooled cell."""
     mode = compared_mode(jobs)
     if mode == "A" or shown.long:
         return None
@@ -112,16 +116,22 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     hide = shown.hide_first
     b = Shown(SimpleNamespace(attentions=c.b_attentions), hide, False)
     if mode == "B":
-        return Compared(b.region(layers, pool=pool).values, None, b)
+        region = b.region(layers, pool=pool)
+        return Compared(region.values, None, b, region.blank)
     a = Shown(SimpleNamespace(attentions=c.a_attentions), hide, False)
     layers = list(range(a.n_layer)) if layers is None else list(layers)
     d = np.stack([a.rows(l, 0, a.n_tok) - b.rows(l, 0, b.n_tok) for l in layers])  # [n, H, T, T]
+    blank = None
+    if hide:
+        blank = np.stack([a.undefined_rows(l, 0, a.n_tok) | b.undefined_rows(l, 0, b.n_tok) for l in layers])
+        d[blank] = 0
     lim = float(np.abs(d).max(initial=0.0))
     if pool > 1:
         d = signed_pool(d, pool)
+        blank = None if blank is None else pooled_undefined(blank, pool)
     elif hide:
         d = d[..., int(a.key_pos[0]):]
-    return Compared(d, lim, b)
+    return Compared(d, lim, b, blank)
 
 
 def signed_pool(d: np.ndarray, pool: int) -> np.ndarray:  # [..., T, T] -> [..., ceil(T/p), ceil(T/p)]
@@ -136,11 +146,21 @@ def signed_pool(d: np.ndarray, pool: int) -> np.ndarray:  # [..., T, T] -> [...,
     return np.take_along_axis(blocks, pick, axis=-1)[..., 0]
 
 
-def compare_readout(jobs, result, layer: int, head: int, q: int, k: int) -> str:
-    """B's weight and A − B at one cell while the grid shows them ("" otherwise)."""
+def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_first: bool = False) -> str:
+    """B's weight and A − B at one cell while the grid shows them ("" otherwise), as it shows them:
+    with the first key hidden, renormalised (that key: nothing), and a row with no weight left on
+    either side undefined."""
     mode = compared_mode(jobs)
     c = jobs.comparison if mode != "A" else None
-    if c is None or c.result is not result:
+    if c is None or c.result is not result or hide_first and k == 0:
         return ""
-    a, b = float(c.a_attentions[layer, head, q, k]), float(c.b_attentions[layer, head, q, k])
+    rows = [c.a_attentions[layer, head, q], c.b_attentions[layer, head, q]]
+    if hide_first:
+        rows = [drop_first_key(r) for r in rows]
+        k -= 1
+        empty = [side for side, r in zip("AB", rows) if no_weight_rows(r)]
+        if empty:
+            return (f"  [compare: A \u2212 B undefined: no weight left once the first key is hidden "
+                    f"in {' and '.join(empty)}]")
+    a, b = float(rows[0][k]), float(rows[1][k])
     return f"  [compare: A {a:.4f}, B {b:.4f}, A \u2212 B {signed(a - b)}]"

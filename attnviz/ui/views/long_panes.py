@@ -119,8 +119,10 @@ class _PatternArea(QWidget):
             cy = min(H - 1, int((pos.y() - rect.top()) * H / rect.height()))
             cx = min(W - 1, int((pos.x() - rect.left()) * W / rect.width()))
             i = ov.heads.index(h)
-            text += (f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to "
-                     f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens)")
+            size = f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens"
+            text += (f"   (cell of up to {size}: undefined, no row of it has weight left)"
+                     if ov.blank is not None and ov.blank[i, cy] else
+                     f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to {size})")
         return text
 
     def overview_of(self, h: int):

@@ -3,12 +3,13 @@
 same region of the T x T pattern at screen resolution from the one display model
 (LongState.shown: figures/view.Shown.cells, under Hide first token and Value-weighted as the grid
 shows them; figures/overview.py for the geometry and the colours): the max or the mean of each
-block, linear or log colours. The wheel zooms about the pointer and a dragged rectangle zooms to
-it, in the large pane or a tile; once the region has no more tokens than the pane has pixels the
-cells are the exact weights (a hidden first key's column blank) and the token labels appear; the
-token strip under the pane lists the region's keys. Hover reads the exact shown weight of the
-token pair under the pointer at any zoom. A local layer's window edge is drawn (dashed) where it
-passes through the region. Until a new overview arrives the last one stays, moved and scaled to
+block's defined rows, linear or log colours (under Hide first token a row of cells whose every
+query row has no weight left is blank, at any zoom: Overview.blank). The wheel zooms about the
+pointer and a dragged rectangle zooms to it, in the large pane or a tile; once the region has no
+more tokens than the pane has pixels the cells are the exact weights (a hidden first key's column
+blank) and the token labels appear; the token strip under the pane lists the region's keys.
+Hover reads the exact shown weight of the token pair under the pointer at any zoom. A local
+layer's window edge is drawn (dashed) where it passes through the region. Until a new overview arrives the last one stays, moved and scaled to
 the new region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
 
 from __future__ import annotations
