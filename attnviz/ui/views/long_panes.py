@@ -120,7 +120,7 @@ class _PatternArea(QWidget):
             cx = min(W - 1, int((pos.x() - rect.left()) * W / rect.width()))
             i = ov.heads.index(h)
             text += (f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to "
-                     f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens)")
+                     f"{ov.block_text()})")
         return text
 
     def overview_of(self, h: int):

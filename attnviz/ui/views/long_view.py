@@ -250,12 +250,10 @@ class LongView(QWidget):
             ov, applied = lg.pane, lg.shown().applied
             now = ov is not None and ov.region == r and ov.options == applied
             res = ("exact weights" if now and ov.exact else
-                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to "
-                   f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if now else "computing…")
+                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to {ov.block_text()}" if now else "computing…")
             tl = lg.tiles
             if now and tl is not None and tl.region == r and tl.options == applied and not tl.exact:
-                res += (f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to "
-                        f"{tl.cell_tokens(0)}×{tl.cell_tokens(1)} tokens)")
+                res += f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to {tl.block_text()})"
             res += options_text(applied)
             res_ = lg.run.result
             count = (f"its first {lp.T:,} of {tokens(res_.n_tokens_full)} (the model's positions)"
