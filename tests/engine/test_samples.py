@@ -237,3 +237,36 @@ def test_a_find_guide_writes_its_arrow_as_the_window_does():
                           [0.6, 0.1, 0.3, 0.0], [0.2, 0.5, 0.2, 0.1]])[None, None]):
         g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
         assert "'·are' \u2192 '·keys'" in g.message and "->" not in g.message, g.message
+
+
+# each role in the words a person writes before "head", with its article
+KINDS = {"previous": "a previous-token", "next": "a next-token", "self": "a self (current-token)",
+         "sink": "a first-token sink", "duplicate": "a duplicate-token", "induction": "an induction"}
+
+
+class _OneHeadScores:
+    """Scores in which only L0 H0 clears, and only the bar of `role`."""
+
+    def __init__(self, role):
+        self.role = role
+        self.scores = {r: np.full((1, 1), 0.6) for r in H.ROLES}
+        self.chance = {r: np.full((1, 1), 0.1) for r in H.ROLES}
+
+    def cleared(self, role):
+        return [(0, 0, 0.9)] if role == self.role else []
+
+
+@pytest.mark.parametrize("role", H.ROLES)
+def test_the_guide_names_every_role_as_a_kind_of_head_in_english(role):
+    """Where no head clears the role a sample looks for, the guide names that role and the closest
+    head's role as kinds of head: "No induction head on this sample; the closest: L0 H0, a
+    duplicate-token head", for every role the heads module scores."""
+    from types import SimpleNamespace
+
+    assert set(KINDS) == set(H.ROLES)
+    other = next(r for r in H.ROLES if r != role)
+    g = guide(Sample("t", "x y", "", roles=(role,), closest=(other,)), SimpleNamespace(n_tokens=2),
+              scores=_OneHeadScores(other))
+    looked = KINDS[role].split(" ", 1)[1]
+    assert g.message.startswith(f"No {looked} head on this sample; the closest: L0 H0, {KINDS[other]} "
+                                "head (strength 0.90, score 0.60, chance 0.10)."), g.message
