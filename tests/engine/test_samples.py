@@ -143,7 +143,7 @@ def test_guides_on_real_models_match_a_direct_computation(which, request):
 def test_minilms_induction_sample_shows_its_duplicate_token_head_as_the_closest_not_a_finding(minilm):
     """MiniLM has no induction head on the made-up-names sample; its duplicate-token head L2 H9
     clears the duplicate bar. The guide says there is no induction head and names L2 H9 as the
-    closest, a duplicate-token head, unclaimed (it was claimed as if it were what the sample shows)."""
+    closest, a duplicate-token head, unclaimed (not claimed as if it were what the sample shows)."""
     s = next(x for x in SAMPLES if "induction" in x.title)
     r = minilm.run(s.text)
     hs = H.score_result(r, unknown_ids=H.unknown_token_ids(minilm))
