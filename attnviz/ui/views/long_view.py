@@ -23,6 +23,7 @@ from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.fields import plain_label
@@ -167,8 +168,8 @@ class LongView(QWidget):
             return ""
         top = float(tops(ov.values, "per-head")[0])
         if self.long.log:
-            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {top:.3g}"
-        return f"colours: 0 .. {top:.3g}"
+            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}"
+        return f"colours: 0 .. {plain_number(top)}"
 
     def picture(self) -> LongPicture | None:
         """What the view shows, as its export draws it; None while the tiles or the large head are
