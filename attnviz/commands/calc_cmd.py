@@ -10,7 +10,7 @@ from pathlib import Path
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
     compare_cells,
-    exact_bytes, exact_count, format_bytes, format_count, plural, shown_variants, tokens, window_layers_text,
+    exact_bytes, exact_count, format_bytes, format_count, latent_readers, plural, shown_variants, tokens, window_layers_text,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.errors import CalcError
@@ -182,7 +182,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines += ["", "Dimensions"]
     kv = "latent (MLA)" if r.attention_kind == "MLA" else str(i.n_kv_head)
     groups = (f"query heads per KV head {r.group_size}" if r.group_size is not None
-              else f"all {i.n_head} query heads read one shared latent")
+              else f"{latent_readers(i.n_head)} one shared latent")
     lines.append(f"  d_model {i.d_model}   n_head {i.n_head}   n_kv_head {kv}   d_head {r.d_head}"
                  f"   n_layer {i.n_layer}   {groups}")
     lines.append(f"  d_head: {f['d_head']}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.engine.reading.token_text import quoted
 from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice
@@ -162,8 +162,8 @@ def print_report(doc: dict) -> None:
     print(f"{tokens(len(doc['tokens']))}: {' '.join(map(quoted, labels[:24]))}"
           + (" ..." if len(doc["tokens"]) > 24 else ""))
     jsd, top = np.array(doc["heads_jsd"]), np.array(doc["heads_jsd_max"])
-    print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; the {min(MOVED, jsd.size)} heads "
-          "that moved most (mean over query rows, largest row):")
+    print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; the "
+          f"{plural(min(MOVED, jsd.size), 'head')} that moved most (mean over query rows, largest row):")
     for l, h, v in C.moved_most(jsd, MOVED):
         print(f"  {head_title(l, h):<9} {v:<10.3g} max {top[l, h]:.3g}")
     cos = np.array(doc["resid_cos"])

@@ -8,7 +8,7 @@ import sys
 
 
 from attnviz.commands import checkpoint_opt
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.commands.checks import add_model, parse_ids, prediction_head
 from attnviz.engine import load_model
 from attnviz.engine.analysing import patching as PT
@@ -119,7 +119,7 @@ def cmd_patch(args) -> int:
     m = result.metric
     # the tables show tokens as the window and the Patching panel label them (clean, corrupt); the
     # raw pieces are in --json
-    print(f"{model.name}: {args.what}, {args.direction}, {result.runs} patched runs in "
+    print(f"{model.name}: {args.what}, {args.direction}, {plural(result.runs, 'patched run')} in "
           f"{result.seconds['total']:.1f} s; at token {m.position} {quoted(clean[m.position])}")
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
           f"{quoted(token_text(model, m.alt))}): clean {plain_signed(m.diff_clean, 3)}, corrupted "

@@ -90,8 +90,9 @@ def cmd_scan(args) -> int:
         _say_resume(args)
         raise
     c = store.counts(args.out)
-    print(f"{args.out}: {manifest.n_texts} texts in {manifest.n_batches} batches "
-          f"({len(done)} run now), {c['head_rows']} head rows, {manifest.n_errors} in "
+    batches = f"{manifest.n_batches:,} batch" + ("" if manifest.n_batches == 1 else "es")
+    print(f"{args.out}: {plural(manifest.n_texts, 'text')} in {batches} "
+          f"({len(done)} run now), {plural(c['head_rows'], 'head row')}, {manifest.n_errors} in "
           f"{store.ERRORS_FILE}")
     print(f"summary: attnviz scan-report {args.out}")
     return 0

@@ -119,7 +119,7 @@ def _header(c: Cursor) -> None:
                                            Qt.TextElideMode.ElideRight, c.inner), small, MUTED)
     d, nh, nkv, dh, g = view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
     arch = (f"d_model {d} \u00b7 {plural(nh, 'head')} \u00d7 d_head {dh} \u00b7 "
-            + (f"{nkv} KV heads (each shared by {g} query heads)" if g > 1 else "K, V per head"))
+            + (f"{plural(nkv, 'KV head')} (each shared by {g} query heads)" if g > 1 else "K, V per head"))
     c.wrapped(arch, small)
     for note in view.notes:
         c.wrapped(note, small)

@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter
 
 from attnviz.engine.analysing.corpus_stats import STAT_UNITS as UNITS
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font
 from attnviz.figures.style import heat_index, heat_table
 
@@ -79,7 +80,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
             p.setPen(TEXT)
             p.setFont(figure_font(head_h * 0.5, bold=True))
             p.drawText(QRectF(x0, y0, panel_w, head_h), Qt.AlignmentFlag.AlignVCenter,
-                       f"{name}{unit} 0..{top:.3g}")
+                       f"{name}{unit} 0..{plain_number(top)}")
             gx, gy = x0 + label_w, y0 + head_h
             idx = heat_index(np.nan_to_num(a, nan=0.0), top)
             dec = _decimals(top)

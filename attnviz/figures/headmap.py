@@ -21,7 +21,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import plain_number, signed
 
 TITLE_LINES = 2  # the title, and the caption under it, each wrap to at most this many lines
 TEXT_DARK = TEXT  # the paper ink (render.py): the maps are drawn on white, in the window too
@@ -48,16 +48,16 @@ class HeadMap:
         the embeddings) named: they are drawn at the end of the scale, not at their values."""
         lim = self.limit
         if self.nonnegative:
-            return f"white 0 to red {lim:.3g} {self.unit}" if lim > 0 else f"white: every head 0 {self.unit}"
+            return f"white 0 to red {plain_number(lim)} {self.unit}" if lim > 0 else f"white: every head 0 {self.unit}"
         parts = ([(self.column[0], np.abs(np.asarray(self.column[1], float)).max(initial=0.0))]
                  if self.column is not None else [])
         parts += [(name, abs(float(v))) for name, v in self.extras]
         over = [(name, v) for name, v in parts if v > lim]
-        text = (f"blue < 0 < red, \u00b1{lim:.3g} {self.unit}" if lim > 0
+        text = (f"blue < 0 < red, \u00b1{plain_number(lim)} {self.unit}" if lim > 0
                 else f"white: every head 0 {self.unit}; blue < 0 < red")
         if over:
             top = max(v for _, v in over)
-            text += f" ({', '.join(n for n, _ in over)} up to \u00b1{top:.3g}: clipped)"
+            text += f" ({', '.join(n for n, _ in over)} up to \u00b1{plain_number(top)}: clipped)"
         return text
 
     @property

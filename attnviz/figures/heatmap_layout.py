@@ -92,7 +92,7 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
     text = f"\u201c{view.text}\u201d" if view.text else "(token ids, no text)"
     lines.append((elide(text, sub_font, inner_w), sub_font, MUTED))
     hi = float(view.levels.max())
-    scale = (f"shared scale 0\u2013{hi:.3g}" if view.scale_mode == "shared"
+    scale = (f"shared scale 0\u2013{numbers.plain_number(hi)}" if view.scale_mode == "shared"
              else "per-head scale (0\u2013each head's max)")
     notes = [tokens(len(view.tokens)), f"colormap {view.colormap}", scale]
     if view.hide_first:

@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import write_atomic
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops
 from attnviz.figures.render import TEXT, encode_png, figure_font, render_with
 from attnviz.figures.style import FOCUS, heat_table
@@ -66,14 +67,14 @@ class LongPicture:
     def scales(self) -> list[str]:
         """The legend: each colour scale in words, with its top."""
         def span(top: float) -> str:
-            return f"log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {top:.3g}" if self.log else f"0 .. {top:.3g}"
+            return f"log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}" if self.log else f"0 .. {plain_number(top)}"
         t = tops(self.tiles.values, self.scale_mode)
         if self.scale_mode == "shared":
             tiles = f"tiles: shared scale, {span(float(t[0]))} (the largest cell of the layer's tiles shown)"
         else:
             low = f"{LOG_DECADES} decades below" if self.log else "0"
             tiles = (f"tiles: per-head scale{', log' if self.log else ''}, each from {low} to its own "
-                     f"largest cell ({float(t.min()):.3g} .. {float(t.max()):.3g})")
+                     f"largest cell ({plain_number(t.min())} .. {plain_number(t.max())})")
         big = f"{head_title(self.layer, self.head)} (large): its own scale, {span(float(tops(self.pane.values, 'per-head')[0]))}"
         return [tiles, big]
 

@@ -39,6 +39,14 @@ def bar_end(value: float) -> str:
     return "0" if v == 0 else ("\u2212" if v < 0 else "+") + _significant(abs(v), 3)
 
 
+def plain_number(value: float) -> str:
+    """A number in a caption, a legend or a hover: 3 significant digits below 1000 (`0.447`, `12.3`,
+    `0.0000123`), the whole number from 1000 on (`1234`, where `.3g` writes `1.23e+03`), with an
+    exponent only where fixed point takes over FIXED_MAX characters (`1e+300`); the minus "−"."""
+    v = float(value)
+    return _significant(v, 3) if math.isfinite(v) else minus_signs(f"{v:g}")
+
+
 CROWD = 0.12  # of a bar's span: a round step this near an end is not written (the end is)
 NEAR = 0.005  # of a bar's span: an end is written at most this far from the value it stands for
 MAX_DECIMALS = 12  # a weight bar needing more in fixed point is written with exponents

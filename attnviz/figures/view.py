@@ -98,6 +98,11 @@ class Overview:
         n = (r1 - r0) if axis == 0 else (c1 - c0)
         return -(-n // self.values.shape[1 + axis])
 
+    def block_text(self) -> str:
+        """The most tokens a cell holds, rows × keys: `4×6 tokens`, `1×1 token` (one weight)."""
+        rows, keys = self.cell_tokens(0), self.cell_tokens(1)
+        return f"{rows:,}×{keys:,} token" + ("" if rows == keys == 1 else "s")
+
     def edges(self, axis: int) -> np.ndarray:
         """The first token of each cell along rows (axis 0) or keys (1), and the region's end."""
         r0, r1, c0, c1 = self.region

@@ -31,7 +31,7 @@ SPM_CASES = json.loads((FIXTURES / "spm" / "tokens.json").read_text(encoding="ut
 
 
 def float32_head(head: L.LMHead) -> L.LMHead:
-    """The head as it was built before: the whole quantised table dequantised to float32 at once."""
+    """A reference head: the whole quantised table dequantised to float32 at once."""
     assert isinstance(head.w_u, L.Unembedding)
     return dataclasses.replace(head, w_u=np.ascontiguousarray(np.asarray(head.w_u.table, np.float32)))
 

@@ -143,7 +143,7 @@ def test_guides_on_real_models_match_a_direct_computation(which, request):
 def test_minilms_induction_sample_shows_its_duplicate_token_head_as_the_closest_not_a_finding(minilm):
     """MiniLM has no induction head on the made-up-names sample; its duplicate-token head L2 H9
     clears the duplicate bar. The guide says there is no induction head and names L2 H9 as the
-    closest, a duplicate-token head, unclaimed (it was claimed as if it were what the sample shows)."""
+    closest, a duplicate-token head, unclaimed (not claimed as if it were what the sample shows)."""
     s = next(x for x in SAMPLES if "induction" in x.title)
     r = minilm.run(s.text)
     hs = H.score_result(r, unknown_ids=H.unknown_token_ids(minilm))
@@ -237,3 +237,36 @@ def test_a_find_guide_writes_its_arrow_as_the_window_does():
                           [0.6, 0.1, 0.3, 0.0], [0.2, 0.5, 0.2, 0.1]])[None, None]):
         g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
         assert "'·are' \u2192 '·keys'" in g.message and "->" not in g.message, g.message
+
+
+# each role in the words a person writes before "head", with its article
+KINDS = {"previous": "a previous-token", "next": "a next-token", "self": "a self (current-token)",
+         "sink": "a first-token sink", "duplicate": "a duplicate-token", "induction": "an induction"}
+
+
+class _OneHeadScores:
+    """Scores in which only L0 H0 clears, and only the bar of `role`."""
+
+    def __init__(self, role):
+        self.role = role
+        self.scores = {r: np.full((1, 1), 0.6) for r in H.ROLES}
+        self.chance = {r: np.full((1, 1), 0.1) for r in H.ROLES}
+
+    def cleared(self, role):
+        return [(0, 0, 0.9)] if role == self.role else []
+
+
+@pytest.mark.parametrize("role", H.ROLES)
+def test_the_guide_names_every_role_as_a_kind_of_head_in_english(role):
+    """Where no head clears the role a sample looks for, the guide names that role and the closest
+    head's role as kinds of head: "No induction head on this sample; the closest: L0 H0, a
+    duplicate-token head", for every role the heads module scores."""
+    from types import SimpleNamespace
+
+    assert set(KINDS) == set(H.ROLES)
+    other = next(r for r in H.ROLES if r != role)
+    g = guide(Sample("t", "x y", "", roles=(role,), closest=(other,)), SimpleNamespace(n_tokens=2),
+              scores=_OneHeadScores(other))
+    looked = KINDS[role].split(" ", 1)[1]
+    assert g.message.startswith(f"No {looked} head on this sample; the closest: L0 H0, {KINDS[other]} "
+                                "head (strength 0.90, score 0.60, chance 0.10)."), g.message

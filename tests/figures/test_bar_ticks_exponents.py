@@ -1,7 +1,8 @@
 """A colour bar of very large or very small weights (0 to 1e300, 0 to 1e-20) writes its labels
 with exponents (`2.5e+299`, `1e+300`) instead of hundreds of digits in fixed point, the same way
 on every bar (figures.numbers.bar_ticks: the grid, the focus view, Corpus, the exports; bar_end:
-Compare's A − B ends); a bar that fixed point writes in FIXED_MAX characters is written as before."""
+Compare's A − B ends); a bar that fixed point writes in FIXED_MAX characters is written in fixed
+point."""
 
 import pytest
 

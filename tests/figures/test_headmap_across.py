@@ -6,6 +6,7 @@ import numpy as np
 from PySide6.QtGui import QColor, QImage, QPainter
 
 from attnviz.figures import headmap
+from attnviz.figures.numbers import plain_number
 from windows import painted_texts
 
 
@@ -53,7 +54,7 @@ def test_the_caption_says_what_the_colours_mean_signed_or_not(qapp):
 
     jsd = np.abs(np.random.default_rng(1).uniform(0, 0.2, (4, 3)))
     hm = F.jsd_map(jsd, "A", "B")
-    assert hm.scale_text() == f"white 0 to red {jsd.max():.3g} bits"  # a JSD is never below 0
+    assert hm.scale_text() == f"white 0 to red {plain_number(jsd.max())} bits"  # a JSD is never below 0
     assert headmap.colour(0.0, hm.limit).lightness() > 240  # 0 is the map's white
     signed = _map()
     assert signed.scale_text().startswith("blue < 0 < red, \u00b1")

@@ -1,6 +1,6 @@
 """The Anatomy tab at a 300-px dock: the figure is laid out at its narrowest width (300 px), wider
-than the scroll area's viewport there, so a horizontal scroll bar reaches its right edge (it was cut
-there, with no way to see W_V's caption or the cost table's last column)."""
+than the scroll area's viewport there, so a horizontal scroll bar reaches its right edge (W_V's
+caption and the cost table's last column can be scrolled to)."""
 
 from attnviz.engine.computing.request import RunRequest
 from attnviz.figures import anatomy as fig

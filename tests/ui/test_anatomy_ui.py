@@ -223,7 +223,7 @@ def test_the_painted_cost_table_counts_the_pairs_each_query_reads(qapp, minilm, 
 
 def test_a_shared_kv_heads_share_per_head_is_written_to_the_nearest_byte(qapp, smollm2):
     """SmolLM2's KV head is shared by 3 query heads: one head's share of the KV cache per token is
-    2 x 64 x 4 / 3 = 170.67 bytes, painted as 171 bytes (it read 170, the share rounded down)."""
+    2 x 64 x 4 / 3 = 170.67 bytes, painted as 171 bytes (not 170, the share rounded down)."""
     r = smollm2.run(TEXT, request=RunRequest(inputs=True))
     lay = fig.layout(fig.make_anatomy_view(smollm2, r, 1, 0), 1280)
     cells = [text for _r, text, *_ in lay.table]

@@ -1,5 +1,6 @@
 """The Calculator at a 300-px dock: every table cell's text is painted whole, wrapped inside its
-column (the Shapes table's formulas were cut, "[n_kv_head·d_hea"), and the tables fit the panel."""
+column (the Shapes table's formulas whole, never cut as "[n_kv_head·d_hea"), and the tables fit
+the panel."""
 
 import pytest
 from PySide6.QtCore import QRect, Qt

@@ -1,6 +1,7 @@
 """A preset's notes under the Calculator's results as the window writes them: "!=" as "≠" (Gemma 3
 270M's "1024 != 640"), an arrow for "->", and a spaced hyphen as an en dash between words or in a
-range but a minus "−" in a formula ("d - 1"); presets.json keeps the reference configs' ASCII."""
+range or between two capital letters (an "A - B test") but a minus "−" in a formula ("d - 1",
+"A - B = C"); presets.json keeps the reference configs' ASCII."""
 
 import pytest
 
@@ -43,6 +44,14 @@ def test_gemma_3_270m_reads_not_equal_in_the_window_and_ascii_in_presets_json(ca
     ("3 dense + 58 MoE layers 3 - 61", "3 dense + 58 MoE layers 3 \u2013 61"),
     ("Qwen2 - Qwen3 share the layout", "Qwen2 \u2013 Qwen3 share the layout"),
     ("heads h0 - h7", "heads h0 \u2013 h7"),
+    ("an A - B test of two models", "an A \u2013 B test of two models"),
+    ("A - B", "A \u2013 B"),
+    ("A - B = C", "A \u2212 B = C"),
+    ("2*A - B", "2*A \u2212 B"),
+    ("A - B*2", "A \u2212 B*2"),
+    ("(A - B) / 2", "(A \u2212 B) / 2"),
+    ("N - 1", "N \u2212 1"),
+    ("A - b", "A \u2212 b"),
 ])
 def test_a_spaced_hyphen_is_a_minus_in_a_formula_and_a_dash_between_words_or_in_a_range(note, shown):
     assert typeset(note) == shown

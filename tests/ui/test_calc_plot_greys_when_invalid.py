@@ -1,5 +1,5 @@
 """An invalid Calculator field greys the last good figures: the text, the plot's curves and legend,
-and the comparison's row names (they stayed in colour, still saying "as given: GQA (…)" beside the
+and the comparison's row names (none stays in colour saying "as given: GQA (…)" beside the
 error)."""
 
 import numpy as np

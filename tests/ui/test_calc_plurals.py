@@ -1,5 +1,5 @@
 """The Calculator writes one token as "1 token" and a batch of a thousand as "1,000", as it writes
-every other count (it showed "1 tokens × batch 1", "reading 1 tokens" and "batch 1000")."""
+every other count (never "1 tokens × batch 1", "reading 1 tokens" or "batch 1000")."""
 
 from PySide6.QtGui import QTextDocument
 
@@ -37,7 +37,7 @@ def test_the_notes_write_their_counts_with_separators(calc_panel):
 
 def test_one_layer_is_singular(calc_panel):
     """A model of one full layer and two window layers, and of one layer: "the 1 full layer",
-    "attention, 1 layer", "(… of 1 layer …), 1 layer, W_O included" (they read "1 layers")."""
+    "attention, 1 layer", "(… of 1 layer …), 1 layer, W_O included" (never "1 layers")."""
     calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData("gemma-2-9b"))
     calc_panel.spins["n_layer"].setValue(3)
     calc_panel.spins["seq_len"].setValue(8192)

@@ -278,8 +278,8 @@ def test_the_panel_comes_for_a_model_with_checkpoints_opened_after_one_without(q
 
 def test_the_toy_window_with_its_training_curves_fits_1024_by_700(qtbot, tmp_path):
     """The slider and curves over the grid, the repeated sequence's three rows of tokens and the
-    focus view: the window keeps a 1024 x 700 screen's size (it grew to 743 px tall: the grid's
-    place kept the long view's least height while the grid was shown), the grid and the curves
+    focus view: the window keeps a 1024 x 700 screen's size (the grid's place does not keep the long
+    view's least height while the grid is shown, which would make it 743 px tall), the grid and the curves
     both on screen."""
     from windows import drain_events
 

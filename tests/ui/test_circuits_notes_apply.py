@@ -34,3 +34,46 @@ def test_the_rope_note_is_for_a_model_with_rope(toy):
     rotary = fig.circuits_view(circuits, model=toy.name, rope=True)
     assert plain.note() == "" and "note" not in fig.numbers(plain)
     assert "ignore RoPE" in rotary.note() and fig.numbers(rotary)["note"] == rotary.note()
+
+
+def test_an_encoder_picked_before_its_scores_asks_for_no_top_tokens(qtbot, tmp_path):
+    """A head and a token picked before the Circuits tab opens on MiniLM (an encoder, no
+    unembedding): the tab waits for the scores, which say there is no copying map, and sends no
+    top-token job the engine would refuse; it shows the partners, no line on what the head writes,
+    and no error."""
+    from attnviz.ui.machinery.why_jobs import OV_KIND
+
+    w = open_window(qtbot, tmp_path / "m.ini", panels=("why",))
+    st, panel, jobs = w.state, w.circuits_panel, w.circuits_jobs
+    sent, submit = [], w.worker.submit
+    w.worker.submit = lambda kind, *a, **kw: (sent.append(kind), submit(kind, *a, **kw))[1]
+    st.show_head(1, 0)
+    st.set_query(2)
+    assert jobs.circuits is None
+    w.circuits_dock.show()
+    w.circuits_dock.raise_()
+    qtbot.waitUntil(lambda: jobs.circuits is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    drain_events()
+    assert OV_KIND not in sent, sent
+    assert jobs.ov is None and jobs.ov_note == ""
+    assert jobs.circuits.copying is None
+    assert "top partners" in panel.partners.text() and not panel.ov.isVisibleTo(panel)
+    assert panel.map_view.empty_text.startswith("No copying map: ")
+
+
+def test_a_decoder_picked_before_its_scores_shows_what_the_head_writes_once_they_arrive(qtbot, tmp_path, toy):
+    """The toy decoder, a head and a token picked before the tab opens: the line on what the head
+    writes comes once the scores say the model has an unembedding."""
+    from attnviz.engine.reading.registry import TOY_MODEL
+
+    w = open_window(qtbot, tmp_path / "t.ini", model=TOY_MODEL, text="abcabc", panels=("why",))
+    st, panel = w.state, w.circuits_panel
+    st.show_head(1, 0)
+    st.set_query(1)
+    w.circuits_dock.show()
+    w.circuits_dock.raise_()
+    qtbot.waitUntil(lambda: "writes, in logits:" in panel.ov.text(), timeout=WAIT)
+    top = C.ov_top(st.model, 1, 0, int(st.result.input_ids[1]), 10)
+    assert f"'{top[0][1]}'" in panel.ov.text()
+    w.worker.wait_idle()

@@ -1,5 +1,5 @@
 """Closing the window while its first run is on its way: the runner shuts down, so the run's result,
-arriving after the close, starts nothing (the first analysis it used to start could outlive
+arriving after the close, starts nothing (a first analysis started then could outlive
 Python's own shutdown, its unembedding's thread pool then refusing work: "cannot schedule new
 futures after interpreter shutdown" in the log), and nothing is logged."""
 

@@ -1,6 +1,6 @@
 """The Compare panel sizes its tiles with the room its colour bars' labels take as measured: where
-the A − B labels are wide (a limit of 1.23e-6 writes `+0.00000123`, wider than the old fixed 70 px
-allowed for), the height each canvas asks of the layout at a width still holds every tile whole
+the A − B labels are wide (a limit of 1.23e-6 writes `+0.00000123`, wider than a fixed 70 px would
+allow), the height each canvas asks of the layout at a width still holds every tile whole
 with its title whole beside the bar and no band left empty under them, and the bar's labels are
 painted inside the canvas; in A or B (the tiles with no bar) as well."""
 

@@ -1,6 +1,6 @@
 """Compare runs B under the window's dense limit, the one A's runs are made under: with that limit
 raised over longdoc's (here: longdoc's lowered to a few tokens, the window's kept over the text), a
-text A runs dense is compared, B's runs dense too, where B used to refuse it as too large."""
+text A runs dense is compared, B's runs dense too, not refused as too large for B."""
 
 from attnviz.engine.computing import longdoc
 from attnviz.ui.machinery.compare_jobs import BSource

@@ -137,8 +137,8 @@ def test_every_part_keeps_its_least_height_in_a_1024_by_700_window(window, qtbot
 
 
 def test_a_map_no_text_gave_a_value_paints_no_colour_bar(window, qtbot, scan_dir):
-    """Its grey cells have no value: no colour bar and no numbers beside them (the bar read 0 to 1,
-    a stand-in range); a statistic with values has its bar again."""
+    """Its grey cells have no value: no colour bar and no numbers beside them (no bar of a stand-in
+    range, 0 to 1); a statistic with values has its bar again."""
     from attnviz.figures.style import BACKGROUND
 
     window.open_scan(str(scan_dir))

@@ -229,7 +229,7 @@ def test_the_scatters_title_keys_its_layer_colours(window, qtbot, scan_dir):
 
 def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan_dir):
     """The line over a head's examples is longer than a 1024 px window's dock: it wraps, and the
-    window keeps its width (it grew to 1365 px, past the screen, when a head was picked)."""
+    window keeps its width (picking a head does not widen it past the screen)."""
     from windows import drain_events
 
     window.resize(1024, 700)
@@ -248,7 +248,7 @@ def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan
 
 def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtbot, tmp_path):
     """Every text longer than the textbook model's 64 positions: the texts table holds both, yet
-    neither gave a statistic; the line says 0 scanned (it said '2 of 2 texts') and the first reason."""
+    neither gave a statistic; the line says 0 scanned (not '2 of 2 texts') and the first reason."""
     from attnviz.corpus.scan import scan
 
     corpus = tmp_path / "c.txt"

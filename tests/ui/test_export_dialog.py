@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt
 
 from attnviz.figures import data as export_data
 from attnviz.figures.data import open_sidecar
@@ -184,3 +184,26 @@ def test_dialog_names_the_shared_scale_as_it_is(qtbot, state, tmp_path):
     layer, head = state.focus
     att = state.result.attentions
     assert levels[1] == pytest.approx(float(att.max())) and att[layer, head].max() < att.max()
+
+
+def test_a_long_paths_file_name_shows_when_the_dialog_opens(qtbot, state, tmp_path):
+    """A folder too long for the path box: the box shows the path's end, its file name whole
+    (where the name is the part a person checks), and the folder's start is scrolled out."""
+    folder = tmp_path.joinpath(*["a_folder_with_a_long_name_for_exports"] * 6)
+    folder.mkdir(parents=True)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    settings.setValue("export/folder", str(folder))
+    dlg = ExportDialog(state, None, settings)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    box = dlg.path_edit
+    name = Path(box.text()).name
+    assert Path(box.text()).parent == folder and name.endswith(".png")
+    fm, room = box.fontMetrics(), box.contentsRect()
+    assert fm.horizontalAdvance(box.text()) > room.width()  # (the path does not fit)
+    assert not box.grab().isNull()  # (painted as the screen shows it: the box scrolls as it paints)
+    y = room.center().y()
+    first, last = (box.cursorPositionAt(QPoint(x, y)) for x in (room.left() + 4, room.right() - 4))
+    n = len(box.text())
+    assert 0 < first <= n - len(name) and last >= n - 1, (first, last, n, name)  # the name, whole

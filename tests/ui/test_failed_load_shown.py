@@ -1,5 +1,5 @@
-"""A load that fails: the status bar carries the whole error where it has the room (it was cut to
-a few letters, measured while the load box still took the bar's room), and with no model on screen
+"""A load that fails: the status bar carries the whole error where it has the room (measured once
+the load box has left the bar's room, never cut to a few letters), and with no model on screen
 the grid says so in place of an empty frame, neither view draws a colour bar of nothing, the focus
 view does not ask for a click on a grid that is not there, and the guide does not wait for a head
 forever. A model shown before the failed load stays, with its views."""

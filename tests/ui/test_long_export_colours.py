@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from attnviz.figures.data import ExportError
 
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import tops
 from attnviz.ui.views.long_view import LongView
 from windows import WAIT, long_view_shown
@@ -61,10 +62,10 @@ def test_the_exported_tiles_and_head_have_the_screen_s_colours(long_view, tmp_pa
     t = tops(lg.tiles.values, scale)
     legend = view.picture().scales()
     if scale == "shared":
-        assert legend[0].startswith(f"tiles: shared scale, 0 .. {float(t[0]):.3g} ")
+        assert legend[0].startswith(f"tiles: shared scale, 0 .. {plain_number(t[0])} ")
     else:
         assert legend[0].startswith("tiles: per-head scale") and len(set(t.tolist())) > 1
-    assert legend[1] == f"L{st.layer} H2 (large): its own scale, 0 .. {float(tops(lg.pane.values, 'per-head')[0]):.3g}"
+    assert legend[1] == f"L{st.layer} H2 (large): its own scale, 0 .. {plain_number(tops(lg.pane.values, 'per-head')[0])}"
 
 
 def test_the_shared_and_per_head_pictures_differ_where_the_tops_do(long_view, tmp_path):

@@ -1,6 +1,6 @@
 """The long view's line above the panes says what each pixel is: of the large pane, and of the
-tiles too where they pool blocks of tokens while the pane shows exact weights (the line once said
-'exact weights' over tiles of block maxima)."""
+tiles too where they pool blocks of tokens while the pane shows exact weights (never 'exact weights'
+alone over tiles of block maxima)."""
 
 from attnviz.ui.views.long_view import LongView
 from windows import WAIT, long_view_shown

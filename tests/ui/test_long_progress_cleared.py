@@ -20,7 +20,7 @@ def test_a_short_text_clears_the_long_runs_progress(qtbot, tmp_path, smollm2):
 
 def test_a_short_text_clears_the_finished_long_runs_line(qtbot, tmp_path):
     """'Long text: 179 tokens, every layer computed.' goes too once a short text replaces the long
-    one (it stayed while the grid showed the short text's tokens)."""
+    one (it does not stay while the grid shows the short text's tokens)."""
     from windows import long_view_shown
 
     w = open_window(qtbot, tmp_path / "s.ini")

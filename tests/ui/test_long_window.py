@@ -132,7 +132,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     dense_run = smollm2.run(LONG, request=RunRequest(use_cache=False))
     dense = dense_run.attentions  # [n_layer, n_head, T, T]
     T = lg.T
-    # the token strip shows the long text's tokens (it said "no tokens" while the long view showed)
+    # the token strip shows the long text's tokens (not "no tokens" while the long view shows)
     strip = w.token_strip
     assert strip.labels == dense_run.labels and len(strip.labels) == T
     painted = strip.grab().toImage()

@@ -1,6 +1,6 @@
 """Help > Keys and mouse says what a right-click on a head in the grid does: it opens a menu (zero,
-mean, a knockout of the cell, restore), and switches nothing off by itself (the help said it
-switched the head off, as Alt+click does)."""
+mean, a knockout of the cell, restore), and switches nothing off by itself (the help does not say
+it switches the head off, as Alt+click does)."""
 
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QMenu

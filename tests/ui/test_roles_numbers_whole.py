@@ -59,7 +59,7 @@ def test_scores_and_find_numbers_are_whole_at_1024_pixels(qtbot, tmp_path, smoll
 
 def test_finds_line_is_whole_in_a_1024_by_700_window_under_a_long_summary(qtbot, tmp_path):
     """An empty sentence makes the summary seven paragraphs long: at 1024 x 700 the Find tab is
-    left its least height, and the line over its ranking is still read whole (it was cut mid-line)."""
+    left its least height, and the line over its ranking is still read whole (not cut mid-line)."""
     from windows import drain_events, open_window
 
     w = open_window(qtbot, tmp_path / "s.ini")

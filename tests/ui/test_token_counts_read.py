@@ -28,7 +28,7 @@ def test_a_cut_text_counts_with_separators(qtbot, tmp_path):
 
 
 def test_one_token_in_why_here(qtbot, tmp_path):
-    """Why here's note on a cell gone with the text reads '1 token' (it read '1 tokens')."""
+    """Why here's note on a cell gone with the text reads '1 token', never '1 tokens'."""
     w = open_window(qtbot, tmp_path / "t.ini", model=TOY, text="a b c", panels=("why",))
     w.why_jobs.set_cell(0, 0, 2, 1)
     w.state.set_text("")  # the toy decoder's BOS alone
@@ -39,7 +39,7 @@ def test_one_token_in_why_here(qtbot, tmp_path):
 
 def test_one_token_in_patching(qtbot, tmp_path, smollm2):
     """Patching's line for a position past a one-token text and its line on two lengths read
-    '1 token' (they read '1 tokens'); SmolLM2 reads "Hello" as one token, with no BOS."""
+    '1 token', never '1 tokens'; SmolLM2 reads "Hello" as one token, with no BOS."""
     w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text="Hello", panels=("patching",))
     w.patching_dock.show()
     w.patching_dock.raise_()

@@ -1,8 +1,8 @@
 """A window deleted while its docks report moving leaves nothing behind that runs on it later: the
-docks' tab bars are made readable on a timer tied to the window (an untied timer fired into the
+docks' tab bars are made readable on a timer tied to the window (an untied timer would fire into the
 next test's event loop on a deleted window: RuntimeError, caught by pytest-qt). A window deleted
 while a run is in flight lets the run end cleanly: its early hand-over of the first layers (the
-preview) finds no window and is dropped (it raised "Signal source has been deleted" in the run)."""
+preview) finds no window and is dropped (no "Signal source has been deleted" is raised in the run)."""
 
 from __future__ import annotations
 

@@ -40,6 +40,7 @@ from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.families import FAMILY, output_projection
 from attnviz.engine.computing.layers import kv_group, layer_norm
 from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.engine.reading.token_text import plural
 
 MODES = ("q", "k", "v")
 VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
@@ -255,8 +256,8 @@ def ov_top(model, layer: int, head: int, token: int, k: int = 10) -> list[tuple[
     W_E[token] W_V W_O W_U (folded), as (id, token text, logit), largest first."""
     cfg = model.config
     if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
-        raise InputError(f"head {layer}.{head} is outside this model's {cfg.n_layer} layers x "
-                         f"{cfg.n_head} heads (0..{cfg.n_layer - 1}.0..{cfg.n_head - 1})")
+        raise InputError(f"head {layer}.{head} is outside this model's {plural(cfg.n_layer, 'layer')} x "
+                         f"{plural(cfg.n_head, 'head')} (0..{cfg.n_layer - 1}.0..{cfg.n_head - 1})")
     if not 0 <= token < cfg.vocab_size:
         raise InputError(f"token id {token} is outside the vocabulary 0..{cfg.vocab_size - 1}")
     _head(model)  # an encoder: one line before any arithmetic

@@ -35,7 +35,7 @@ from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.run_result import RunResult
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import plural, tokens
 
 TOP_K = 10
 
@@ -100,7 +100,7 @@ class Ablation:
         for l, h in heads:
             if not (0 <= l < n_layer and 0 <= h < n_head):
                 raise InputError(f"ablation: head {head_title(l, h)} is not one of this model's "
-                                 f"{n_layer} layers × {n_head} heads")
+                                 f"{plural(n_layer, 'layer')} × {plural(n_head, 'head')}")
         for layers, q, k in kos:
             if not layers or not all(0 <= i < n_layer for i in layers):
                 raise InputError(f"ablation: knockout layers {list(layers)} are not in 0..{n_layer - 1}")

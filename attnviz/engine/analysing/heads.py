@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz.engine.errors import Cancelled, InputError
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.head_patterns import (
     IDENTITY_ROLES, ROLES, chance_score, detection_pattern, detection_rows, entropy, mean_distance,
@@ -208,7 +209,7 @@ def unknown_notice(unknown) -> tuple[float, str | None]:  # bool [T] -> share, w
     share = float(unknown.mean())
     if share <= UNKNOWN_LIMIT:
         return share, None
-    return share, (f"{int(unknown.sum())} of the {T} tokens are unknown to the vocabulary "
+    return share, (f"{int(unknown.sum())} of the {tokens(T)} are unknown to the vocabulary "
                    f"({share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
                    "are not labelled, since the text's words cannot be told apart")
 
@@ -224,7 +225,7 @@ def check_patterns(attentions, ids, what: str = "head scores"):
     if T < 2:
         raise InputError(f"{what} need at least 2 tokens; the text gives {T}")
     if ids.shape != (T,):
-        raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
+        raise InputError(f"{plural(ids.shape[0] if ids.ndim else 0, 'token id')} for {plural(T, 'attention position')}")
     return attentions, ids
 
 

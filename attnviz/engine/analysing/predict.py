@@ -238,5 +238,5 @@ def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
         if len(enc.ids) == 1:
             return int(enc.ids[0])
     enc = model.tokenizer.encode(spec, add_special_tokens=False)
-    raise InputError(f"{quoted(spec)} is {len(enc.ids)} tokens ({', '.join(map(quoted, enc.labels)) or 'none'}), "
+    raise InputError(f"{quoted(spec)} is {tokens(len(enc.ids))} ({', '.join(map(quoted, enc.labels)) or 'none'}), "
                      "not one: give one token, its tokenizer string or #id")

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attnviz.engine.errors import Cancelled, InputError
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.computing.request import RunRequest
 
 SCORE_MIN = 0.1
@@ -217,7 +218,7 @@ def _reporter(progress, n_layer: int, n: int):
         at[0], at[1] = done, max(total, n_layer)
         passes = at[1] // n_layer
         p = max(1, -(-done // n_layer))  # the pass at work (or just ended)
-        words = f"{done - (p - 1) * n_layer} of {n_layer} layers run"
+        words = f"{done - (p - 1) * n_layer} of {plural(n_layer, 'layer')} run"
         tell(words if passes == 1 else f"pass {p} of {passes}: {words}")
 
     def scored(k):
@@ -346,7 +347,7 @@ def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
     prefix, suffix = probe_frame(model)
     room = (int(model.config.max_positions) - len(prefix) - len(suffix)) // 2
     if room < 2:
-        raise InputError(f"model has {model.config.max_positions} positions: too few for a probe")
+        raise InputError(f"model has {plural(model.config.max_positions, 'position')}: too few for a probe")
     n = max(2, min(int(n), room))
     special = _special_ids(model)
     size = min(int(model.config.vocab_size), tok.get_vocab_size(with_added_tokens=True))
@@ -357,7 +358,7 @@ def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
             continue
         pool.append(i)
     if len(pool) < 2:
-        raise InputError(f"only {len(pool)} ordinary tokens in this vocabulary: cannot build a probe")
+        raise InputError(f"only {plural(len(pool), 'ordinary token')} in this vocabulary: cannot build a probe")
     rng = np.random.default_rng(seed)
     seq = rng.choice(np.array(pool), size=n, replace=len(pool) < n).tolist()
     ids = prefix + seq + seq + suffix

@@ -45,6 +45,7 @@ from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm, la
 from attnviz.engine.computing.patterns import head_key
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import InputError
+from attnviz.engine.reading.token_text import tokens
 
 TOP = 20  # component pairs in QKAttribution.top
 
@@ -100,13 +101,13 @@ def check_cell(cfg, T: int, layer: int, head: int, query: int, key: int) -> None
         raise InputError(f"head {head} is outside this model's heads 0..{cfg.n_head - 1}")
     for name, p in (("query", query), ("key", key)):
         if not 0 <= p < T:
-            raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
+            raise InputError(f"{name} position {p} is outside the {tokens(T)} (0..{T - 1})")
     if cfg.causal and key > query:
         raise InputError(f"key {key} comes after query {query}: a causal model's query sees only "
                          f"keys 0..{query}")
     window = cfg.window(layer) if cfg.causal else None
     if window is not None and query - key >= window:
-        raise InputError(f"key {key} is outside layer {layer}'s window of {window} tokens: query "
+        raise InputError(f"key {key} is outside layer {layer}'s window of {tokens(window)}: query "
                          f"{query} sees keys {query - window + 1}..{query}")
 
 

@@ -176,8 +176,13 @@ def _off_note(heads: list, what: str) -> str:
     return f" Switched off in this run: {listed}, which {'clears' if len(heads) == 1 else 'clear'} {what}."
 
 
-def _head_kind(role: str) -> str:  # 'induction', 'duplicate-token': as in "an induction head"
-    return H.TITLES[role].replace(" ", "-")
+# each role as the words before "head": "an induction head", "a first-token sink head"
+HEAD_KINDS = {"previous": "previous-token", "next": "next-token", "self": "self (current-token)",
+              "sink": "first-token sink", "duplicate": "duplicate-token", "induction": "induction"}
+
+
+def _head_kind(role: str) -> str:
+    return HEAD_KINDS[role]
 
 
 def _a(word: str) -> str:

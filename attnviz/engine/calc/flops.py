@@ -25,11 +25,11 @@ PROJECTION_NAMES = {"W_UK_absorbed": "W_UK folded into q", "W_UV_absorbed": "W_U
 def parts(fl: dict[str, Any], n_head: int) -> list[tuple[str, int]]:
     """(label, FLOPs) of each part of a step and its total (window and command line alike)."""
     names = ", ".join(PROJECTION_NAMES.get(n, n) for n in fl["projections"])
-    keys = f"{fl['context_read']:,} keys read in all layers"
+    keys = f"{plural(fl['context_read'], 'key')} read in all layers"
     mixed = "weights·V" if fl["form"] == "plain" else "weights·latent"
     return [(f"projections ({names})", fl["projections_per_token"]),
-            (f"q·kᵀ ({n_head} heads × {fl['qk_width']} wide × {keys})", fl["qk_per_token"]),
-            (f"{mixed} ({n_head} heads × {fl['av_width']} wide × {keys})", fl["av_per_token"]),
+            (f"q·kᵀ ({plural(n_head, 'head')} × {fl['qk_width']} wide × {keys})", fl["qk_per_token"]),
+            (f"{mixed} ({plural(n_head, 'head')} × {fl['av_width']} wide × {keys})", fl["av_per_token"]),
             ("attention total", fl["attention_per_token"])]
 
 
@@ -94,7 +94,7 @@ def heads_vs_text(fl: dict[str, Any], n_head: int, n_kv_head: int, d_head: int) 
     softmax = (f"the softmax runs over {n_head}× more scores ({hv['n_heads_softmax_elements']:,} "
                f"vs {hv['one_head_softmax_elements']:,})")
     if n_kv_head == n_head:
-        return (f"{n_head} heads of {d_head} cost the same matrix FLOPs as one head of {width} "
+        return (f"{plural(n_head, 'head')} of {d_head} cost{'s' * (n_head == 1)} the same matrix FLOPs as one head of {width} "
                 f"(ratio {hv['ratio']:.3g}); only {softmax}")
     kv = f"{n_kv_head} KV head" + "s" * (n_kv_head != 1)
     return (f"{n_head} query heads of {d_head} sharing {kv}: "

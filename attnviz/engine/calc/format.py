@@ -11,7 +11,7 @@ BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 def format_bytes(n: int) -> str:
     """`2147483648` -> `2 GiB`; `1152` -> `1.12 KiB`; binary units, labelled so."""
     if n < 1024:
-        return f"{n} bytes"
+        return f"{n} byte" + ("" if n == 1 else "s")
     value, unit = float(n), 0
     while value >= 1024 and unit < len(BINARY_UNITS) - 1:
         value /= 1024
@@ -20,9 +20,14 @@ def format_bytes(n: int) -> str:
     return f"{text} {BINARY_UNITS[unit]}"
 
 
+def latent_readers(n_head: int) -> str:
+    """The subject of "... one shared latent" (MLA): `all 8 query heads read`, `its 1 query head reads`."""
+    return "its 1 query head reads" if n_head == 1 else f"all {n_head:,} query heads read"
+
+
 def exact_bytes(n: int) -> str:
     """`1152` -> `1,152 bytes (1.12 KiB)`: exact, and binary units from 1 KiB."""
-    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
+    return plural(n, "byte") + (f" ({format_bytes(n)})" if n >= 1024 else "")
 
 
 def exact_count(n: int) -> str:

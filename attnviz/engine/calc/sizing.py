@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
 from attnviz.engine.calc.flops import decode_flops
-from attnviz.engine.calc.format import format_bytes
+from attnviz.engine.calc.format import format_bytes, latent_readers, plural, tokens
 from attnviz.engine.calc.inputs import Arch, CalcInputs, Dims, input_error, resolve, whole
 from attnviz.engine.reading.config import group_size
 from attnviz.engine.errors import CalcError
@@ -394,8 +394,8 @@ def _warnings(inputs: CalcInputs, d: Dims) -> tuple[str, ...]:
     if inputs.max_positions is not None and T > int(inputs.max_positions):
         warnings.append(f"seq_len {T:,} is longer than the model's {inputs.max_positions:,} positions")
     if d.window and T > d.window:
-        warnings.append(f"{len(d.window_layers)} of {d.n_layer} layers keep only the last "
-                        f"{d.window:,} tokens")
+        warnings.append(f"{len(d.window_layers)} of {plural(d.n_layer, 'layer')} keep"
+                        + "s" * (len(d.window_layers) == 1) + f" only the last {tokens(d.window)}")
     return tuple(warnings)
 
 
@@ -413,7 +413,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     formulas["d_head"] = _d_head_formula(d)
     formulas["group_size"] = (
         f"n_head / n_kv_head = {d.n_head} / {d.n_kv_head}" if d.mla is None else
-        f"none: all {d.n_head} query heads read one shared latent (no KV heads to group)")
+        f"none: {latent_readers(d.n_head)} one shared latent (no KV heads to group)")
     activation_shapes, activation_formulas = _activations(d)
     formulas.update(activation_formulas)
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.memory_budget import format_bytes
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading.pages import (
     MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
 )
@@ -400,14 +401,14 @@ class LayerStore(Sequence):
         if any(v is not None for v in self._views.values()):
             where = ("no memory limit known" if self.budget is None
                      else f"within the {format_bytes(self.budget)} memory budget")
-            return (f"{n} layers held in their file's blocks ({format_bytes(self.view_bytes())}); "
+            return (f"{plural(n, 'layer')} held in their file's blocks ({format_bytes(self.view_bytes())}); "
                     f"{len(self._kept) + len(self._passing)} expanded to float32 for long runs "
                     f"({format_bytes(self.held_bytes())} of {format_bytes(total)}, {where})")
         if self.budget is None:
-            return f"all {n} layers expanded ({format_bytes(total)} float32; no memory limit known)"
+            return f"all {plural(n, 'layer')} expanded ({format_bytes(total)} float32; no memory limit known)"
         if self.kept == n:
-            return (f"all {n} layers expanded ({format_bytes(total)} float32, within the "
+            return (f"all {plural(n, 'layer')} expanded ({format_bytes(total)} float32, within the "
                     f"{format_bytes(self.budget)} memory budget)")
-        return (f"{self.kept} of {n} layers kept expanded within the {format_bytes(self.budget)} "
+        return (f"{self.kept} of {plural(n, 'layer')} kept expanded within the {format_bytes(self.budget)} "
                 f"memory budget (all: {format_bytes(total)} float32); the other {n - self.kept} are "
                 "expanded from the file each time they run")

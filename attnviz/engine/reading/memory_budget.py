@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 
 from attnviz.engine.errors import BudgetTooSmall, InputError, ModelLoadError
+from attnviz.engine.reading.token_text import plural
 
 GIB = 1 << 30
 HEADROOM = 1 * GIB  # left out of the default budget: the app, the activations, the KV cache
@@ -37,7 +38,7 @@ def parse_budget(text: str) -> int | None:
 def format_bytes(n: int) -> str:
     if n >= GIB:
         return f"{n / GIB:.1f} GiB"
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else plural(n, "byte")
 
 
 def set_memory_budget(n_bytes: int | None, command_line: bool = False) -> None:

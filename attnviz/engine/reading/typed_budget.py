@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.memory_budget import parse_budget
+from attnviz.engine.reading.token_text import plural
 
 
 def parse_typed_budget(text: str) -> int | None:
@@ -14,6 +15,6 @@ def parse_typed_budget(text: str) -> int | None:
     n = parse_budget(text)
     s = str(text).strip()
     if n is not None and n < 1 << 20 and not s[-1:].isalpha():
-        raise InputError(f"memory budget {s!r} would be {n:,} bytes: type {s}M for megabytes "
+        raise InputError(f"memory budget {s!r} would be {plural(n, 'byte')}: type {s}M for megabytes "
                          f"({s}G for gigabytes, {s}B if bytes are meant)")
     return n

@@ -19,7 +19,7 @@ import weakref
 
 from PySide6.QtCore import QObject, QTimer
 
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import warm_the_rest
@@ -228,7 +228,7 @@ class LongJobs(QObject):
         rows, kv = generation_bytes(cfg, T, n)
         if rows + kv > ROWS_LIMIT:
             fit = bisect.bisect_left(range(n), True, key=lambda m: sum(generation_bytes(cfg, T, m)) > ROWS_LIMIT) - 1
-            advice = f"ask for at most about {fit} new tokens" if fit >= 1 else "give a shorter text"
+            advice = f"ask for at most about {plural(fit, 'new token')}" if fit >= 1 else "give a shorter text"
             raise InputError(f"{max_new} steps after {tokens(T)} would keep {size_text(rows)} of "
                              f"attention rows (every head's row at every step) and up to "
                              f"{size_text(kv)} of keys and values (their arrays' room for the next "

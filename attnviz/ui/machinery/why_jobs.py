@@ -236,10 +236,12 @@ class CircuitsJobs(QObject):
         self.sigChanged.emit()
 
     def request_ov(self, layer: int, head: int, token: int, text: str) -> None:
+        """What (layer, head) writes when it attends to `token`, once the model's scores say it has
+        an unembedding (an encoder has none: ov_top would refuse it)."""
         from attnviz.engine.analysing.circuits import ov_top
 
         model = self.state.model
-        if model is None:
+        if model is None or self.circuits is None or self.circuits.copying is None:
             return
         self.worker.submit(OV_KIND, lambda: ov_top(model, layer, head, token, OV_TOP), self._on_ov,
                            (model, layer, head, token, text), POOL)

@@ -34,13 +34,17 @@ def _minus(before: str, left: str, right: str, after: str) -> bool:
     """Whether "left - right" is a subtraction: both operands (numbers, or names like "d" and
     "d_model") and either one a name ("d - 1", "(n_head - 1)") or an operator next to them
     ("4 * 256 - 1 = 1023", "4*256 - 1"). Else an en dash: between words ("shorter - not verified",
-    "Qwen2 - Qwen3"), or two numbers alone, a range ("layers 5 - 10")."""
+    "Qwen2 - Qwen3"), two numbers alone, a range ("layers 5 - 10"), or two capital letters alone,
+    names of things ("an A - B test"; "A - B = C" is a formula by its "=")."""
     a, b = re.split(f"[{_OPERATORS}]", left)[-1], re.split(f"[{_OPERATORS}]", right)[0]
     a, b = a.strip("()[],.:;"), b.strip("()[],.:;")
     if not all(_NUMBER.fullmatch(t) or _NAME.fullmatch(t) for t in (a, b)):
         return False
     beside = (before[-1:] + left[:-1] + right[1:] + after[:1]).replace(".", "")
-    return bool(_NAME.fullmatch(a) or _NAME.fullmatch(b) or any(op in beside for op in _OPERATORS))
+    if any(op in beside for op in _OPERATORS):
+        return True
+    capitals = all(len(t) == 1 and t.isupper() for t in (a, b))
+    return bool(not capitals and (_NAME.fullmatch(a) or _NAME.fullmatch(b)))
 
 
 def as_sentence(note: str) -> str:

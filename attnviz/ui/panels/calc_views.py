@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
-    kv_cache_needed, plural, shown_variants, tokens,
+    kv_cache_needed, latent_readers, plural, shown_variants, tokens,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.inputs import CalcInputs, resolve
@@ -281,7 +281,7 @@ def summary_text(r: CalcResult) -> str:
     """The attention kind, d_head and the query heads per KV head (rich text)."""
     kind = r.attention_kind
     groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else
-              f" · all {r.inputs.n_head} query heads read one shared latent" if kind == "MLA" else "")
+              f" · {latent_readers(r.inputs.n_head)} one shared latent" if kind == "MLA" else "")
     return f"<b>{kind}</b> · d_head = {html.escape(r.formulas['d_head'])}{groups}"
 
 
@@ -389,8 +389,8 @@ def live_text(result, model) -> str:
     if not result.cache_used or changed:  # (another run held the cache, or this one changed heads)
         return (f"live KV cache: this run computed its {tokens(T)} without the cache; the cache "
                 f"holds {exact_bytes(held)} of K and V that another run left" + arrays)
-    line = (f"live KV cache (engine, float32), its tokens' K and V: <b>{tokens(T)} × {c.n_layer} "
-            f"layers × {c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}"
+    line = (f"live KV cache (engine, float32), its tokens' K and V: <b>{tokens(T)} × "
+            f"{plural(c.n_layer, 'layer')} × {plural(c.n_kv_head, 'KV head')} × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}"
             f"</b>{arrays}; this edit reused {tokens(result.cache_reused)} and computed "
             f"{result.cache_computed:,}")
     n_earlier, earlier_bytes = getattr(result, "cache_earlier", (0, 0))
@@ -405,7 +405,7 @@ def live_text(result, model) -> str:
     needed = kv_cache_needed(c, T, "fp32")
     return (f"KV cache needed (the model, as llama.cpp and transformers allocate it; the "
             f"calculator's count, float32): <b>({c.n_layer - local}·{T:,} + {local}·"
-            f"min({T:,}, {c.sliding_window:,})) tokens × {c.n_kv_head} KV heads × {c.d_head} × 2 "
+            f"min({T:,}, {c.sliding_window:,})) tokens × {plural(c.n_kv_head, 'KV head')} × {c.d_head} × 2 "
             f"(K, V) × 4 B = {exact_bytes(needed)}</b><br>{line}<br>The tokens' K and V are more "
             f"than needed: on local layers attnviz keeps every token's K and V, not only the last "
             f"{c.sliding_window:,}, so an edit in the middle of the text can reuse the prefix "

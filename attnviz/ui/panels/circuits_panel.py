@@ -104,8 +104,8 @@ class CircuitsPanel(QWidget):
         if not self.shown or st.focus is None or st.query_pos is None or st.result is None:
             return
         c = self.jobs.circuits
-        if c is not None and c.copying is None:
-            return  # no unembedding (an encoder): a head's writes cannot be read as tokens
+        if c is None or c.copying is None:
+            return  # the scores first (refresh picks again), and an encoder's writes are no tokens
         q = st.query_pos
         if q >= len(st.result.input_ids):
             return

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.analysing.compare import beside_threshold
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.render import figure_font
@@ -258,7 +258,7 @@ class ComparePanel(QWidget):
             s = d["kld_stats"]
             parts.append(f"KL(A\u2016B) mean {s['mean']:.4g}, median {s['median']:.4g}, "
                          f"p99 {s['p99']:.4g}, max {s['max']:.4g} nats")
-            parts.append(f"same top-1 {d['same_top1']:.1%} ({len(d['flips'])} flips: framed red in the strip "
+            parts.append(f"same top-1 {d['same_top1']:.1%} ({plural(len(d['flips']), 'flip')}: framed red in the strip "
                          f"above, each token's bar its KL)")
         return "; ".join(parts)
 

@@ -119,7 +119,7 @@ class _PatternArea(QWidget):
             cy = min(H - 1, int((pos.y() - rect.top()) * H / rect.height()))
             cx = min(W - 1, int((pos.x() - rect.left()) * W / rect.width()))
             i = ov.heads.index(h)
-            size = f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens"
+            size = ov.block_text()
             text += (f"   (cell of up to {size}: undefined, no row of it has weight left)"
                      if ov.blank is not None and ov.blank[i, cy] else
                      f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to {size})")

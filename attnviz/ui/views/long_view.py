@@ -24,6 +24,7 @@ from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.fields import plain_label
@@ -168,8 +169,8 @@ class LongView(QWidget):
             return ""
         top = float(tops(ov.values, "per-head")[0])
         if self.long.log:
-            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {top:.3g}"
-        return f"colours: 0 .. {top:.3g}"
+            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}"
+        return f"colours: 0 .. {plain_number(top)}"
 
     def picture(self) -> LongPicture | None:
         """What the view shows, as its export draws it; None while the tiles or the large head are
@@ -251,12 +252,10 @@ class LongView(QWidget):
             ov, applied = lg.pane, lg.shown().applied
             now = ov is not None and ov.region == r and ov.options == applied
             res = ("exact weights" if now and ov.exact else
-                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to "
-                   f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if now else "computing…")
+                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to {ov.block_text()}" if now else "computing…")
             tl = lg.tiles
             if now and tl is not None and tl.region == r and tl.options == applied and not tl.exact:
-                res += (f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to "
-                        f"{tl.cell_tokens(0)}×{tl.cell_tokens(1)} tokens)")
+                res += f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to {tl.block_text()})"
             res += options_text(applied)
             res_ = lg.run.result
             count = (f"its first {lp.T:,} of {tokens(res_.n_tokens_full)} (the model's positions)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.computing.patterns import group_size, head_title
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.view import CAPTION, GAP, GROUP_GAP, TITLE, layer_columns
 
 LEFT = 0.4  # all view: the "L3" row headers left of each band of layers, in head sides
@@ -50,7 +51,7 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     text = readout(r, layer, head, q, k, value, state.badge(layer, head))
     if shown.weighted:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "
-                 f"‖v W_O‖ {float(r.value_norms[layer, head, k]):.3g})")
+                 f"‖v W_O‖ {plain_number(r.value_norms[layer, head, k])})")
     return text
 
 
