@@ -12,8 +12,11 @@ import pytest
 from attnviz.engine import load_model
 from attnviz.engine.analysing import predict as P
 from attnviz.engine.computing.families import layer_consts
+from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import Trace
+from attnviz.engine.reading import qpack
+from gguf_files import Q, family_gguf
 from tiny import FIXTURES
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
@@ -70,3 +73,28 @@ def test_smollm2_dla_adds_up_and_its_mlp_row_is_the_mlps_output(smollm2):
         a = _check(smollm2, r.trace, q, int(pred.top_ids[0]), int(pred.top_ids[1]))
         # the difference DLA splits is the one the prediction shows
         assert a.logit_diff == pytest.approx(pred.top_logprobs[0] - pred.top_logprobs[1], abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["gemma3", "llama_gqa"])
+def test_a_packed_models_dla_reads_no_w_o_and_equals_the_float32_products(name, tmp_path, kernels, monkeypatch):
+    """A GGUF model held in its blocks (the window's) attributes each head on its packed W_O
+    through the kernels: no W_O read from the file (store.output) nor layer expanded for it, the
+    parts still adding up (Gemma 3's post-attention norm too), and the heads those of the float32
+    W_O of the same run to float32 rounding."""
+    path = family_gguf(FIXTURES / name, tmp_path / f"{name}.gguf", Q.Q8_0)
+    qpack.ask_for_kernels(False)
+    ref = load_gguf(path)  # its layers float32
+    qpack.ask_for_kernels()
+    model = load_gguf(path)
+    store = model.weights.layers
+    r = model.run(ids=IDS, trace=Trace(z=True, resid=True, mlp_out=True), request=RunRequest(use_cache=False))
+    for q, (target, alt) in ((len(IDS) - 1, (7, 11)), (4, (2, 30))):
+        reads, output, before = [], store.output, store.expansions
+        monkeypatch.setattr(store, "output", lambda i: reads.append(i) or output(i))
+        a = P.attribute(model, model.lm_head(), r.trace, q, target, alt)
+        assert reads == [] and store.expansions == before
+        monkeypatch.undo()
+        _check(model, r.trace, q, target, alt)  # (its MLP rows expand the layers)
+        want = P.attribute(ref, ref.lm_head(), r.trace, q, target, alt)
+        scale = (np.abs(want.heads).sum() + np.abs(want.mlp).sum()) * 1e-6
+        np.testing.assert_allclose(a.heads, want.heads, rtol=0, atol=scale)

@@ -2,11 +2,14 @@
 head's share of the layer's attention output, computed only when asked, checked against a naive
 per-head loop on the same weights."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.families import forward, output_projection
+from attnviz.engine.computing.model import Model
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.computing.patterns import value_weighted
 from tiny import FIXTURES
@@ -103,3 +106,66 @@ def test_hiding_the_first_key_of_a_row_whose_other_keys_weigh_a_subnormal_total_
     assert (out[1] == 0).all() and no_weight_rows(out).tolist() == [False, True]
     into = np.full((2, 2), 7.0, np.float32)
     assert drop_first_key(att, out=into) is into and (into[1] == 0).all()
+
+
+def _by_v_w_o(model, r):
+    """Value norms and head shares from each head's v W_O in float64 (no Gram), for run `r`."""
+    c = model.config
+    norms, share = np.empty(r.value_norms.shape), np.empty(r.head_share.shape)
+    for i, v in enumerate(r.trace.v):
+        w_o = output_projection(model.weights.layers, i)[0].astype(np.float64)
+        f = np.matmul(np.repeat(v, c.n_group, axis=0).astype(np.float64),
+                      w_o.reshape(c.n_head, c.d_head, -1))  # [n_head, T, d_model]
+        norms[i] = np.linalg.norm(f, axis=-1)
+        out = np.linalg.norm(np.matmul(r.attentions[i].astype(np.float64), f), axis=(1, 2))
+        share[i] = out / out.sum()
+    return norms, share
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "smollm2"])
+def test_norms_from_the_kept_grams_equal_v_w_o_within_float32_rounding(name, request):
+    """Model.value_norms reads each layer's W_O Grams (G_h = W_O(h) W_O(h)^T, kept with the model):
+    the norms and shares of v W_O computed in float64, to float32 rounding, on a tiny model and
+    on the real SmolLM2 held in its Q4_1 blocks."""
+    model = (load_model(FIXTURES / name) if name != "smollm2"
+             else request.getfixturevalue("smollm2_packed"))
+    text = None if name != "smollm2" else "The keys to the cabinet are on the table, said the cat."
+    ids = None if text else [3, 1, 4, 1, 5, 9, 2, 6]
+    for _ in range(2):  # the Grams made, then kept
+        r = model.run(text, ids=ids, request=RunRequest(values=True, use_cache=False), trace=Trace())
+        norms, share = _by_v_w_o(model, r)
+        np.testing.assert_allclose(r.value_norms, norms, rtol=2e-6, atol=0)
+        np.testing.assert_allclose(r.head_share, share, rtol=0, atol=1e-7)
+
+
+def test_keystrokes_with_value_weighted_on_read_w_o_once(smollm2_packed, monkeypatch):
+    """A packed model's W_O is read from its file's blocks (store.output) for its Grams once; the
+    keystrokes after read none, and give the norms a fresh model of the file gives their V."""
+    model, store = smollm2_packed, smollm2_packed.weights.layers
+    text, request = "The keys to the cabinet", RunRequest(values=True)
+    model.run(text[:-1], request=request)
+    reads, output = [], store.output
+    monkeypatch.setattr(store, "output", lambda i: reads.append(i) or output(i))
+    for n in range(len(text) - 6, len(text) + 1):
+        got = model.run(text[:n], request=request, trace=Trace())
+    assert reads == [] and got.cache_reused > 0
+    want = load_model("SmolLM2-135M-Instruct").value_norms(got.attentions, got.trace.v)
+    np.testing.assert_array_equal(got.value_norms, want[0])
+    np.testing.assert_array_equal(got.head_share, want[1])
+
+
+def test_an_edited_w_o_gives_its_own_norms_not_the_kept_ones():
+    """Weights with a changed W_O (a model's weights replaced, or a new Model of them) give the
+    norms of the new W_O: the Grams kept are the weights' they were made from."""
+    model = load_model(FIXTURES / "llama_gqa")
+    ids, request = [3, 1, 4, 1, 5, 9, 2, 6], RunRequest(values=True, use_cache=False)
+    before = model.run(ids=ids, request=request).value_norms
+    w = model.weights
+    layers = list(w.layers)
+    layers[1] = dataclasses.replace(layers[1], w_o=layers[1].w_o * np.float32(2))
+    model.weights = dataclasses.replace(w, layers=tuple(layers))
+    after = model.run(ids=ids, request=request).value_norms
+    np.testing.assert_array_equal(after[0], before[0])
+    np.testing.assert_allclose(after[1], 2 * before[1], rtol=1e-6)
+    other = Model("edited", model.path, model.config, model.weights, model.tokenizer)
+    np.testing.assert_array_equal(other.run(ids=ids, request=request).value_norms, after)

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.errors import Cancelled, InputError
-from attnviz.engine.computing.families import output_projection
-from attnviz.engine.computing.layers import merge_heads
+from attnviz.engine.computing.projections import head_writes
 from attnviz.engine.computing.logits import LMHead, log_softmax, vocab_logits, vocab_logits_of
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.reading.token_text import quoted, tokens
@@ -185,20 +184,18 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
     mlp = np.empty(cfg.n_layer)
     bias = norm_bias
     for layer in range(cfg.n_layer):
-        # under a memory budget, W_O and what follows it alone, not the whole layer
-        w_out, b_out, post_norm = output_projection(model.weights.layers, layer)
-        w_o = w_out.reshape(cfg.n_head, cfg.d_head, -1)  # [n_head, d_head, d_model]
+        # W_O(h) z_h per head (under a memory budget W_O alone, not the whole layer; a packed
+        # layer's on its blocks)
+        writes, b_out, post_norm = head_writes(model.weights.layers, layer, trace.z[layer][:, q])
         d_l = d
         if post_norm is not None:  # Gemma 3: the heads' sum passes an RMSNorm before the
             # residual; linearised like the final norm, its 1 / rms frozen from this run
-            out = merge_heads(trace.z[layer][:, q:q + 1])[0] @ w_out  # [d_model] attention output
+            out = writes.sum(axis=0, dtype=np.float64)  # [d_model] attention output
             if b_out is not None:
                 out = out + b_out
-            out = out.astype(np.float64)
             d_l = (post_norm[0] / np.sqrt(np.mean(out * out) + cfg.norm_eps) * direction
                    ).astype(np.float32)
-        per_head = w_o @ d_l  # [n_head, d_head]: W_O[h] · direction
-        heads[layer] = np.einsum("hd,hd->h", trace.z[layer][:, q], per_head)
+        heads[layer] = writes @ d_l  # [n_head]: each head's part · direction
         b_o = float(b_out @ d_l) if b_out is not None else 0.0
         step = float((trace.resid[layer + 1][q] - trace.resid[layer][q]) @ d)  # attention + MLP
         mlp[layer] = step - heads[layer].sum() - b_o

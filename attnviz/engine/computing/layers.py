@@ -352,29 +352,35 @@ def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head
     return softmax(attention_scores(q, k, scale, bias, out))
 
 
-def head_value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]
+def head_grams(w_o, n_head):  # [n_head d_head, d_model] -> [n_head, d_head, d_head]
+    """Each head's W_O Gram G_h = W_O(h) W_O(h)^T, float32 rounded from float64 sums: all that the
+    value norms and head shares need of W_O, d_head / d_model of its size. The same bits for the
+    same W_O whatever its memory layout (a C-order float64 copy is multiplied)."""
+    wo = np.ascontiguousarray(w_o, dtype=np.float64).reshape(n_head, -1, w_o.shape[-1])
+    return np.matmul(wo, wo.transpose(0, 2, 1)).astype(np.float32)
+
+
+def head_value_norms(v, gram, n_group):  # [n_kv_head, T, d_head], [n_head, d_head, d_head] -> [n_head, T]
     """||v_j W_O(h)||: the size of what key j sends into the residual stream through head h
-    (Kobayashi et al., 2020). W_O(h) is head h's d_head rows of the output projection."""
+    (Kobayashi et al., 2020), as sqrt(v_j G_h v_jᵀ) from head_grams (no [T, d_model] output formed)."""
     vh = repeat_kv(v, n_group)  # [n_head, T, d_head]
-    n_head, _, d_head = vh.shape
-    f = np.matmul(vh, w_o.reshape(n_head, d_head, -1))  # [n_head, T, d_model]
-    return np.sqrt(np.einsum("htm,htm->ht", f, f)), f
+    sq = np.einsum("htd,htd->ht", np.matmul(vh, gram), vh)
+    return np.sqrt(np.maximum(sq, 0.0, out=sq), out=sq)
 
 
-def head_output_share(pattern, f):  # [n_head, T, T], [n_head, T, d_model] -> [n_head]
+def head_output_share(pattern, v, gram, n_group):  # [n_head, T, T], [n_kv_head, T, d_head], grams -> [n_head]
     """Each head's share of the layer's attention output: ||A_h (V_h W_O(h))||_F over the sum of
     all heads' (the output bias, shared by all heads, is left out)."""
-    out = np.matmul(pattern, f)  # [n_head, T, d_model]
-    return _shares(np.sqrt(np.einsum("htm,htm->h", out, out, dtype=np.float64)))
+    return _gram_shares(np.matmul(pattern, repeat_kv(v, n_group)), gram)  # o_h = A_h V_h
 
 
 def head_output_share_of_heads(head_out, w_o):  # [n_head, T, d_head], [n_head d_head, d_model] -> [n_head]
-    """The same share from each head's output o_h = A_h V_h (the anatomy has them): ||o_h W_O(h)||_F
-    as sqrt(sum(o_h G_h * o_h)) with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the
-    cost of forming every head's [T, d_model] output."""
-    n_head, _, d_head = head_out.shape
-    wo = w_o.reshape(n_head, d_head, -1)  # [n_head, d_head, d_model]
-    gram = np.matmul(wo, wo.transpose(0, 2, 1))  # [n_head, d_head, d_head]
+    """The same share from each head's output o_h = A_h V_h (the anatomy has them)."""
+    return _gram_shares(head_out, head_grams(w_o, head_out.shape[0]))
+
+
+def _gram_shares(head_out, gram):  # [n_head, T, d_head], [n_head, d_head, d_head] -> [n_head]
+    # ||o_h W_O(h)||_F^2 = sum(o_h G_h * o_h)
     sq = np.einsum("htd,htd->h", np.matmul(head_out, gram), head_out, dtype=np.float64)
     return _shares(np.sqrt(np.maximum(sq, 0.0)))
 

@@ -13,7 +13,7 @@ so no [n_head, T, T] array exists either. A weight is then exp(q_i k_j * scale -
 rows, one head's rows, one key's column or an overview tile (the max or the mean of each block of
 the pattern at a resolution) is computed when asked, from these alone (`LongPatterns`, in
 long_patterns.py). From V and each layer's W_O the run also gives its value norms
-||v_k W_O(h)|| [n_layer, n_head, T] (result.value_norms, what Value-weighted reads: `value_norms`).
+||v_k W_O(h)|| [n_layer, n_head, T] (result.value_norms, what Value-weighted reads: Model.value_norms).
 
 Below DENSE_LIMIT bytes of patterns the dense path (Model.run) stays what the window types on.
 """
@@ -132,17 +132,6 @@ def patterns_of(trace: LongTrace, cfg) -> LongPatterns:
                         causal=cfg.causal, n_group=cfg.n_group)
 
 
-def value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]
-    """layers.head_value_norms without forming each head's [T, d_model] output: ||v_j W_O(h)||^2 =
-    v_j G_h v_j^T with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the cost."""
-    vh = v if n_group == 1 else np.repeat(v, n_group, axis=0)  # [n_head, T, d_head]
-    n_head, _, d_head = vh.shape
-    wo = np.asarray(w_o, dtype=np.float32).reshape(n_head, d_head, -1)
-    gram = np.matmul(wo, wo.transpose(0, 2, 1))  # [n_head, d_head, d_head]
-    sq = np.einsum("htd,htd->ht", np.matmul(vh, gram), vh)
-    return np.sqrt(np.maximum(sq, 0.0, out=sq), out=sq)
-
-
 def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None,
              row_block: int = ROW_BLOCK, workers: int | None = None,
@@ -205,4 +194,4 @@ def check_dense(cfg, T: int, limit: int | None = None) -> None:
 
 
 __all__ = ["DENSE_LIMIT", "DenseTooLarge", "LongRun", "LongTrace", "check_dense", "dense_bytes",
-           "is_long", "patterns_of", "run_long", "size_text", "value_norms"]
+           "is_long", "patterns_of", "run_long", "size_text"]

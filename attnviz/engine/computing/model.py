@@ -13,9 +13,9 @@ from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.computing.families import forward, output_projection
 from attnviz.engine.computing.packed import PACK_PATTERN_BYTES, PACK_ROWS, forward_packed, pack_texts
-from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
+from attnviz.engine.computing.layers import head_grams, head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.logits import LMHead, build_head
-from attnviz.engine.computing.longdoc import check_dense, is_long, value_norms as long_value_norms
+from attnviz.engine.computing.longdoc import check_dense, is_long
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
@@ -58,6 +58,8 @@ class Model:
         self._clears = 0  # clear_cache calls so far (cache_clears)
         self._head: LMHead | None = None  # lm_head(): built on first use
         self._head_lock = threading.Lock()
+        self._grams: tuple | None = None  # (the layers they come from, each layer's or None): output_grams()
+        self._grams_lock = threading.Lock()
 
     def __repr__(self):
         c = self.config
@@ -337,22 +339,37 @@ class Model:
         """Patterns [n_layer, n_head, T, T] and each layer's V [n_kv_head, T, d_head] -> value norms
         ||v_j W_O(h)|| [n_layer, n_head, T] and head shares [n_layer, n_head] (value-weighted
         attention), for the layers the patterns hold (a run that ended early: its layers).
-        attentions None (a long run keeps no patterns): the norms of every layer in v_layers from
-        each head's W_O Gram (longdoc.value_norms: no [n_head, T, d_model] output formed), no shares."""
+        attentions None (a long run keeps no patterns): the norms of every layer in v_layers, no
+        shares. Both from each layer's W_O Grams (output_grams), not from W_O."""
         c = self.config
         shape = attentions.shape[:3] if attentions is not None else (
             len(v_layers), c.n_head, v_layers[0].shape[1])
         norms = np.empty(shape, dtype=np.float32)
         share = None if attentions is None else np.empty(attentions.shape[:2], dtype=np.float32)
-        n = len(norms)
-        for i, v in enumerate(v_layers[:n]):
-            w_o = output_projection(self.weights.layers, i)[0]
-            if attentions is None:
-                norms[i] = long_value_norms(v, w_o, c.n_group)
-            else:
-                norms[i], f = head_value_norms(v, w_o, c.n_group)
-                share[i] = head_output_share(attentions[i], f)
+        for i, v in enumerate(v_layers[:len(norms)]):
+            gram = self.output_grams(i)
+            norms[i] = head_value_norms(v, gram, c.n_group)
+            if attentions is not None:
+                share[i] = head_output_share(attentions[i], v, gram, c.n_group)
         return norms, share
+
+    def output_grams(self, i: int) -> np.ndarray:
+        """Layer i's per-head W_O Grams [n_head, d_head, d_head] (layers.head_grams), made from its
+        W_O when first asked for and kept with the model: n_head d_head^2 floats a layer, d_head /
+        d_model of W_O, so a model held in its file's blocks does not dequantise W_O again for each
+        run's value norms. Made again from new weights (self.weights replaced: an edited W_O); a
+        model's weight arrays are never changed in place."""
+        layers = self.weights.layers
+        held = self._grams
+        if held is None or held[0] is not layers:
+            with self._grams_lock:
+                held = self._grams
+                if held is None or held[0] is not layers:
+                    held = self._grams = (layers, [None] * len(layers))
+        gram = held[1][i]
+        if gram is None:  # (two threads may both make it: the same bits)
+            gram = held[1][i] = head_grams(output_projection(layers, i)[0], self.config.n_head)
+        return gram
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, what the model's cache

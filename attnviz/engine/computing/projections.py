@@ -3,7 +3,8 @@ self_attention and mlp call them; engine/analysing/anatomy.py calls them one by 
 matrices in its file's blocks where it has them (`packed`), q, k and v projected, split into heads
 and rotated (`project_qkv`), the heads' outputs merged and projected out (`attention_output`), a
 long run's rows shared out in chunks (`in_row_chunks`), and a layer's output projection read
-without expanding the rest of it (`output_projection`). A layer's `Consts` (families.py, which
+without expanding the rest of it (`output_projection`), or each head's output through it at one
+position (`head_writes`). A layer's `Consts` (families.py, which
 imports this module: not imported back) carries what they need besides the input and the weights.
 """
 
@@ -67,3 +68,20 @@ def output_projection(layers, i: int):
     if output is not None:
         return output(i)
     return layers[i].w_o, layers[i].b_o, layers[i].post_attn_norm
+
+
+def head_writes(layers, i: int, z):  # [n_head, d_head] -> [n_head, d_model], b_o, post_attn_norm
+    """What each head of layer i writes at one position, z_h W_O(h) (before the output bias), with
+    the layer's b_o and post_attn_norm as output_projection gives them. Where a LayerStore holds
+    the layer's W_O packed (its packed view), the kernels multiply its blocks (to float32 rounding
+    of the float32 product): no float32 W_O is made for it, as a one-row run makes none."""
+    n_head, d_head = z.shape
+    view = getattr(layers, "packed_view", None)
+    view = view(i) if view is not None else None
+    pm = view.packed.w_o if view is not None else None
+    if pm is not None:
+        x = np.zeros((n_head, n_head, d_head), np.float32)  # row h: head h's z alone
+        x[np.arange(n_head), np.arange(n_head)] = z
+        return linear(x.reshape(n_head, -1), None, None, pm), view.b_o, view.post_attn_norm
+    w_o, b_o, post_norm = output_projection(layers, i)
+    return np.matmul(z[:, None, :], w_o.reshape(n_head, d_head, -1))[:, 0], b_o, post_norm

@@ -189,8 +189,8 @@ def _matrix_types(plan: _LayerPlan, ts: GGUFTensors) -> list:
 
 def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool, release: bool = False):
     """A layer's w_o [n_head d_head, d_model], b_o [d_model] and post_attn_norm (Gemma 3's (gain,))
-    alone, or None where it has none, as _expand reads them: what DLA and the value norms need, a
-    tenth of a layer."""
+    alone, or None where it has none, as _expand reads them: what the value norms' Grams (once a
+    model) and DLA of a layer without packed blocks need, a tenth of a layer."""
     b_o, post = plan.small.get("b_o"), plan.small.get("post_attn_norm")
     return (_matrix(plan.o, ts, check, release), None if b_o is None else ts.get(*b_o, check),
             None if post is None else (ts.get(*post, check),))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import threading
 from bisect import bisect_right
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,17 +55,32 @@ def tensor_table(reader: GGUFReader) -> dict:
 
 
 class QuantRows:
-    """A [rows, cols] table kept in its GGUF encoding; indexing dequantises just those rows."""
+    """A [rows, cols] table kept in its GGUF encoding; indexing dequantises just those rows.
+    `near_edge`: called after a read of rows within FOLIO_REACH bytes of the table's first or last
+    byte (GGUFTensors.rows: its released neighbours in the file let go again)."""
 
-    def __init__(self, name: str, data: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, int]):
+    def __init__(self, name: str, data: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, int],
+                 near_edge: Callable[[], None] | None = None):
         self.name, self._data, self._qtype, self.shape = name, data, qtype, shape
         self.dtype = np.dtype(np.float32)
         self._q8 = _q8_0_parts(data) if qtype == GGMLQuantizationType.Q8_0 else None
+        self._near_edge = near_edge
+        # rows at either end whose read may map pages beside the table (a large folio per fault)
+        self._edge_rows = -(-FOLIO_REACH // max(1, data.nbytes // max(1, shape[0])))
+
+    def _read(self, first: int, last: int) -> None:  # rows first..last were read: near_edge if at an end
+        if self._near_edge is not None and (first < self._edge_rows
+                                            or last >= self.shape[0] - self._edge_rows):
+            self._near_edge()
 
     def __getitem__(self, rows) -> np.ndarray:
         if self._qtype in ROW_TYPES and isinstance(rows, np.ndarray) and rows.shape == (1,):
             return self._one(rows)  # (a generation step's or a keystroke's new token)
         src = np.asarray(self._data[rows]).reshape(-1, self._data.shape[-1])  # [n, row bytes]
+        if self._near_edge is not None and len(src):
+            picked = (np.arange(self.shape[0])[rows] if isinstance(rows, slice)
+                      else np.asarray(rows) % self.shape[0])
+            self._read(int(picked.min()), int(picked.max()))
         out = np.empty((src.shape[0], self.shape[1]), np.float32)
         # this module's dequantisers (gguf's values bit for bit); the whole table (an unembedding:
         # a layer's worth of weights) in row blocks on one thread per core, a text's rows on this one
@@ -86,12 +102,15 @@ class QuantRows:
     def _one(self, rows: np.ndarray) -> np.ndarray:
         """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
         dequantisers' values in a few array operations (dequant_row)."""
+        row = int(rows[0]) % self.shape[0]
         if self._q8 is not None:  # Q8_0: dequant_row's product of the row's q [blocks, 32], d [blocks, 1]
-            out = q8_0_row(self._q8[0][rows[0]], self._q8[1][rows[0]])
+            out = q8_0_row(self._q8[0][row], self._q8[1][row])
             if out is not None:  # (else a scale is not finite: refused below, by row)
+                self._read(row, row)
                 return out.reshape(1, self.shape[1])
         out = np.empty((1, self.shape[1]), np.float32)
-        row_into(self._data[rows[0]], self._qtype, out)
+        row_into(self._data[row], self._qtype, out)
+        self._read(row, row)
         if not np.isfinite(out).all():  # (_check names the row)
             self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
         return out
@@ -101,6 +120,7 @@ class QuantRows:
         this thread, and checked: the values and the check indexing gives (a pass over the
         vocabulary reuses one array for its blocks instead of a fresh one each). `out` returned."""
         self._fill(self._data[a:a + len(out)], out)
+        self._read(a, a + len(out) - 1)
         self._check(out, lambda bad: a + bad)
         return out
 
@@ -305,7 +325,8 @@ class GGUFTensors:
             return table
         if t.tensor_type not in _DEQUANTISABLE:
             raise ModelLoadError(_not_dequantisable(name, t.tensor_type))
-        return QuantRows(name, np.asarray(t.data), t.tensor_type, shape)
+        return QuantRows(name, np.asarray(t.data), t.tensor_type, shape,
+                         near_edge=lambda: self._released and self._release_near(name))
 
     def float32_bytes(self, skip: tuple[str, ...] = ()) -> int:
         return sum(4 * int(t.n_elements) for n, t in self._table.items() if n not in skip)
