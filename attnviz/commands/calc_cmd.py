@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
-    compare_cells,
+    compare_cells, compare_note, per_token_header,
     exact_bytes, exact_count, format_bytes, format_count, latent_readers, plural, shown_variants, tokens, window_layers_text,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
@@ -236,10 +236,12 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines.append(_columns(rows))
 
     lines += ["", "MHA / as given / MQA"]
-    rows = [("  variant", "KV heads", "per token", f"at {tokens(T)} x batch {i.batch:,}", "reduction vs MHA")]
+    rows = [("  variant", "KV heads", per_token_header(r), f"at {tokens(T)} x batch {i.batch:,}", "reduction vs MHA")]
     for v in (r.compare[k] for k in shown_variants(r)):
-        rows.append((f"  {v.label}", *compare_cells(v)))
+        rows.append((f"  {v.label}", *compare_cells(v, r)))
     lines.append(_columns(rows))
+    if compare_note(r):  # (past a window the total is not per token × seq_len)
+        lines.append(f"  {compare_note(r)}")
     for w in r.warnings:
         lines.append(f"note: {w}")
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import bar_about
 from attnviz.figures.render import encode_png, figure_font, figure_image
-from attnviz.figures.style import ERROR, FOCUS, colormap_colors
+from attnviz.figures.style import BACKGROUND, ERROR, FOCUS, colormap_colors
 
 MAP_WIDTH = 640
 
@@ -74,6 +74,19 @@ def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white
     index headmap.colour uses); a limit of 0 (every value 0) paints white."""
     i = np.clip(((np.asarray(d, dtype=np.float64) / (lim or 1.0) + 1) * 127.5).astype(np.int64), 0, 255)
     return np.asarray(DIVERGING)[i].astype(np.uint8)
+
+
+BLANK = np.array(QColor(BACKGROUND).getRgb()[:3], np.uint8)  # a hidden key, an undefined row: the grid's gap
+
+
+def blanked(rgb: np.ndarray, rows=None, first_key: bool = False) -> np.ndarray:  # [T, T, 3] -> same
+    """`rgb` with the undefined rows (`rows`, [T] bool) and a hidden first key's column in BLANK,
+    as the grid leaves them under Hide first token: no colour of the map, whose white is A = B."""
+    if first_key:
+        rgb[:, :1] = BLANK
+    if rows is not None:
+        rgb[np.asarray(rows, dtype=bool)] = BLANK
+    return rgb
 
 
 def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0,

@@ -173,3 +173,26 @@ def test_the_command_line_writes_one_token_as_the_tab_does(capsys):
     out = capsys.readouterr().out
     assert "sequence of 1 token " in out and "at 1 token x batch 1,000" in out, out
     assert "1 tokens" not in out, out
+
+
+def _size(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": GIB}[unit]
+
+
+@pytest.mark.parametrize("preset, split", [("gemma-2-9b", True), ("llama-3-8b", False)])
+def test_cli_compare_table_multiplies_out(capsys, preset, split):
+    """Past Gemma 2's 4,096-token window the table's per-token column is the full and the window
+    layers' apart and the line under it multiplies them out to the total, as the tab does (it read
+    672 KiB per token beside 3.94 GiB at 8,192 tokens); a model without a window is as it was."""
+    assert main(["calc", "--preset", preset, "--seq-len", "8192"]) == 0
+    lines = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()
+    header, rows = lines[1], lines[2:5]
+    for row in rows:
+        cells = [c.strip() for c in row.split("  ") if c.strip()]
+        per, total = [_size(p) for p in cells[2].split(" + ")], _size(cells[3])  # (full, window)
+        assert per[0] * 8192 + sum(per[1:]) * 4096 == pytest.approx(total, rel=0.005) and len(per) == 1 + split, row
+    assert ("per token: full + window layers" in header) == split and "per token" in header
+    after = lines[5].strip() if len(lines) > 5 else ""
+    assert (after == "Past the 4,096-token window: at 8,192 tokens = full layers' per token × 8,192 + window "
+                     "layers' × 4,096 (the 21 window layers keep only their last 4,096 tokens).") == split, after

@@ -39,3 +39,40 @@ def test_the_total_is_what_its_line_multiplies(calc_panel, preset, batch):
     if "full layers" in lines[1]:  # the per-token figure split the same way adds up
         parts = re.search(r"= ([\d,]+) bytes on the \d+ full layers \+ ([\d,]+) on the", lines[1])
         assert number(parts.group(1)) + number(parts.group(2)) == per
+
+
+UNITS = {"bytes": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
+
+
+def size(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * UNITS[unit]
+
+
+@pytest.mark.parametrize("preset, split", [("gemma-2-9b", True), ("llama-3-8b", False)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_comparison_table_multiplies_out(calc_panel, qtbot, preset, split, batch):
+    """MHA / as given / MQA: each row's total is its per-token cache × tokens × batch as the table
+    and the line under it say. Past Gemma 2's 4,096-token window the per-token column is the full
+    and the window layers' apart, and the line says the window layers count 4,096 tokens (it read
+    672 KiB per token beside 3.94 GiB at 8,192 tokens, which is no product of them); a model
+    without a window has one per-token figure and no line."""
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(preset))
+    calc_panel.spins["seq_len"].setValue(8192)
+    calc_panel.spins["batch"].setValue(batch)
+    t = calc_panel.compare_table
+    assert t.rowCount() == 3
+    for row in range(3):
+        per = [size(p.strip("+ ")) for p in t.item(row, 2).text().split("\n")]  # (full, window)
+        total = size(t.item(row, 3).text())
+        want = (per[0] * 8192 + sum(per[1:]) * 4096) * batch
+        assert want == pytest.approx(total, rel=0.005) and len(per) == 1 + split, (row, per, total)
+    header = t.horizontalHeaderItem(2).text().replace("\n", " ")
+    assert header == ("per token: full + window" if split else "per token")
+    note = calc_panel.compare_note
+    qtbot.waitUntil(lambda: note.isVisible() == split)
+    if split:
+        times = (f"(full layers' per token × 8,192 + window layers' × 4,096) × batch {batch}" if batch > 1
+                 else "full layers' per token × 8,192 + window layers' × 4,096")
+        assert note.text() == (f"Past the 4,096-token window: at 8,192 tokens = {times} (the 21 window layers "
+                               f"keep only their last 4,096 tokens).")

@@ -109,3 +109,19 @@ def test_after_the_guides_head_is_switched_off_the_answer_says_so_and_names_one_
     qtbot.mouseClick(bar.show_button, Qt.MouseButton.LeftButton)
     assert st.focus == new
     w.worker.wait_idle()
+
+
+def test_the_textbooks_agreement_answer_names_no_head_and_show_me_is_off(qtbot, settings_path):
+    """The textbook decoder's best head for 'are' -> 'keys' gives it 1.5e-6 over the other queries,
+    far under the Find bar: the answer names no head, even as the closest (it named L0 H1 and
+    'Show me' focused it), says no head comes close, and Show me is off, saying why."""
+    w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
+    bar = w.guide_bar
+    text = answered(qtbot, w, sample("Agreement"))
+    assert "nor comes close (by 0.05): the most any head gives" in text and "Closest" not in text, text
+    assert "L0 H" not in text and "L1 H" not in text and f"color:{WARNING}" in text, text
+    qtbot.waitUntil(lambda: bar.current is not None, timeout=WAIT)
+    assert not bar.show_button.isEnabled()
+    assert bar.show_button.toolTip() == ("No head to show: no head of this model comes close to what this "
+                                         "sample looks for (the answer says why)")
+    w.worker.wait_idle()

@@ -21,6 +21,10 @@ from attnviz.engine.reading.token_text import quoted
 # a Find hit is claimed only when the query's weight on the key beats the mean weight the other
 # queries give that key by this much (the same margin a role needs over its chance score)
 SPECIFICITY_MIN = H.CHANCE_MARGIN
+# a head short of that bar is named as the closest only from half of it up: below, every head gives
+# the pair about what the other queries do (a model that never learnt it: 1.5e-6 and less), and
+# which of them ranks first is noise, no answer
+CLOSEST_MIN = SPECIFICITY_MIN / 2
 
 _LONG = (
     "The history of the printing press is a story about attention as much as about machines. "
@@ -92,7 +96,8 @@ class Guide:
     """The head a sample points to on one result. `claimed` is False when no head clears the bar of
     a role the sample looks for; then (layer, head) is the closest candidate, shown as such, never
     as a finding: the strongest head of a `closest` role that clears that role's bar, else the
-    strongest for the first role; or None where no head is one (none has any strength for it)."""
+    strongest for the first role; or None where no head is one (none has any strength for it; a
+    Find sample's: none singles the pair out by CLOSEST_MIN)."""
 
     layer: int | None
     head: int | None
@@ -235,9 +240,12 @@ def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
         return Guide(top.layer, top.head, True, msg + _others(n) + ("." if gone else "") + gone)
-    return Guide(top.layer, top.head, False, f"No head{' still on' if off else ''} singles out "
-                 f"{frm} \u2192 {to} here (by {SPECIFICITY_MIN:g} over the other queries). "
-                 f"Closest: " + msg + "." + gone)
+    none = f"No head{' still on' if off else ''} singles out {frm} \u2192 {to} here (by {SPECIFICITY_MIN:g} over the other queries)"
+    if top.specificity < CLOSEST_MIN:
+        return Guide(None, None, False, f"{none}, nor comes close (by {CLOSEST_MIN:g}): the most any head"
+                     f"{' still on' if off else ''} gives {frm} \u2192 {to} over the other queries' mean is "
+                     f"{_signed(top.specificity)}." + gone)
+    return Guide(top.layer, top.head, False, f"{none}. Closest: " + msg + "." + gone)
 
 
-__all__ = ["SAMPLES", "Sample", "Guide", "guide", "sample_for_text", "SPECIFICITY_MIN"]
+__all__ = ["SAMPLES", "Sample", "Guide", "guide", "sample_for_text", "SPECIFICITY_MIN", "CLOSEST_MIN"]

@@ -43,11 +43,49 @@ def shown_variants(r) -> list[str]:  # r: a sizing.CalcResult
     return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
 
 
-def compare_cells(v) -> tuple[str, str, str, str]:  # v: a sizing.Variant
+def window_split(r) -> tuple[int, int] | None:  # r: a sizing.CalcResult
+    """(full layers, window layers) where a sliding window keeps some layers' caches shorter than
+    seq_len: a row's total is then not its per-token figure × seq_len. None otherwise."""
+    i, n_win = r.inputs, r.window_layer_count
+    if not (i.sliding_window and n_win and i.seq_len > i.sliding_window):
+        return None
+    return i.n_layer - n_win, n_win
+
+
+def compare_cells(v, r=None, joint: str = " + ") -> tuple[str, str, str, str]:  # v: a sizing.Variant
     """One KV layout's row of the comparison (the window's table and the command line's): KV heads,
-    cache per token, cache at seq_len x batch, reduction vs MHA ("4×")."""
-    return ("latent" if v.n_kv_head is None else str(v.n_kv_head), format_bytes(v.kv_bytes_per_token),
+    cache per token, cache at seq_len x batch, reduction vs MHA ("4×"). Past a sliding window with
+    full layers too (window_split of `r`), the per-token cache is the full layers' and the window
+    layers' apart (`joint` between them), as compare_note multiplies them out."""
+    split = None if r is None else window_split(r)
+    per = format_bytes(v.kv_bytes_per_token)
+    if split is not None and split[0]:
+        per = joint.join(format_bytes(v.kv_bytes_per_token_per_layer * n) for n in split)
+    return ("latent" if v.n_kv_head is None else str(v.n_kv_head), per,
             format_bytes(v.kv_bytes_total), f"{v.reduction_vs_mha:.3g}\u00d7")
+
+
+def compare_note(r) -> str:
+    """How the comparison's total comes from its per-token column past a sliding window (the window's
+    table and the command line's, under it), or "" where it is per token × seq_len × batch."""
+    split = window_split(r)
+    if split is None:
+        return ""
+    i = r.inputs
+    T, w, b = f"{i.seq_len:,}", f"{i.sliding_window:,}", i.batch
+    if split[0]:
+        total = f"full layers' per token × {T} + window layers' × {w}"
+        why = f"the {plural(split[1], 'window layer')} keep only their last {w} tokens"
+    else:
+        total, why = f"per token × {w}", f"every layer keeps only its last {w} tokens"
+    total = f"({total}) × batch {b:,}" if b > 1 and split[0] else f"{total} × batch {b:,}" if b > 1 else total
+    return f"Past the {w}-token window: at {T} tokens = {total} ({why})."
+
+
+def per_token_header(r) -> str:
+    """The comparison's per-token column: "per token", or its two parts (compare_cells)."""
+    split = window_split(r)
+    return "per token" if split is None or not split[0] else "per token: full + window layers"
 
 
 def format_count(n: int | float) -> str:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from PySide6.QtCore import QPoint, QRect, Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
-from attnviz.engine.calc import CalcInputs, CalcResult, calc_inputs_from_config, calculate
+from attnviz.engine.calc import CalcInputs, CalcResult, calc_inputs_from_config, calculate, compare_note
 from attnviz.engine.errors import CalcError
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_fields import (
@@ -293,6 +293,8 @@ class CalcPanel(QWidget):
         res.addWidget(heading("MHA / as given / MQA"))
         self.compare_table = CompareTable()
         res.addWidget(self.compare_table)
+        self.compare_note = footnote_label()  # past a sliding window: how the table's total is made
+        res.addWidget(self.compare_note)
 
         self.plot = KVPlot()
         res.addWidget(self.plot)
@@ -428,6 +430,8 @@ class CalcPanel(QWidget):
         self.params_label.setText(params_text(r))
         self.kv_label.setText(kv_text(r))
         self.compare_table.show_result(r)
+        self.compare_note.setText(compare_note(r))
+        self.compare_note.setVisible(bool(compare_note(r)))
         self.flops_label.setText(flops_text(r))
 
         notes = list(r.warnings)

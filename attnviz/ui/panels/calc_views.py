@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
-    kv_cache_needed, latent_readers, plural, shown_variants, tokens,
+    kv_cache_needed, latent_readers, per_token_header, plural, shown_variants, tokens,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.inputs import CalcInputs, resolve
@@ -145,11 +145,14 @@ class CompareTable(ResultTable):
         b = r.inputs.batch  # (a batch of 1,000 or more on a line of its own: it cut the column at 300 px)
         batch = f"× batch {b:,}" if b < 1000 else f"× batch\n{b:,}"
         self.horizontalHeaderItem(3).setText(f"at {T:,}\n{'token' if T == 1 else 'tokens'}\n{batch}")
+        # past a sliding window, per token as the full and the window layers' parts (compare_note)
+        self.horizontalHeaderItem(2).setText("per\ntoken" if per_token_header(r) == "per token" else
+                                             "per token:\nfull\n+ window")
         self._keys = shown_variants(r)
         variants = [r.compare[key] for key in self._keys]
         # a row's name is the plot's and the command line's label less the KV heads its next column
         # counts; its tooltip is the whole label
-        self.fill([(v.name, *compare_cells(v)) for v in variants], tooltips=[v.label for v in variants])
+        self.fill([(v.name, *compare_cells(v, r, "\n+ ")) for v in variants], tooltips=[v.label for v in variants])
         self._colour_names()
 
     def _colour_names(self) -> None:

@@ -1,8 +1,9 @@
 """Compare: model B beside the loaded model A (Models > Compare with…). The panel is a view of the
 runner's Compare session (ui/machinery/compare_jobs.py):
 
-- A | B | A − B: every head of the layer on screen; the difference in a diverging colour map
-  symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
+- A | B | A − B: every head of the layer on screen, as the grid shows them (under Hide first token
+  renormalised, the hidden key and rows with no weight left blank); the difference in a diverging
+  colour map symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
 - the layers x heads JSD map (figures/headmap.py); a click focuses that head, shown below as A, B
   and A − B side by side;
 - the token strip: a red frame where the top-1 next token flips, a bar for each position's
@@ -39,9 +40,9 @@ from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.ui.panels import compare_export
+from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_label, plain_tip
 from attnviz.ui.views.wrap_row import WrapRow
-from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
@@ -179,6 +180,7 @@ class ComparePanel(QWidget):
         self.strip_cells: list[QRectF] = []
         self._strip_fitted = (_dead, 0, 0.0)  # (result, width, height) the strip's rows last needed
         self._limits = (_dead, {})  # (comparison, {layer or (layer, head): its A − B colour limit})
+        self._sides = (_dead, False, None)  # (comparison, hide first, its sides as shown)
         self.map_layout = None
         self._later = QTimer(self)
         self._later.setSingleShot(True)
@@ -192,8 +194,9 @@ class ComparePanel(QWidget):
 
     # --- state -> widgets ---------------------------------------------------------------------
     def refresh(self) -> None:
-        j = self.jobs
-        a = self.state.model
+        j, a = self.jobs, self.state.model
+        if self._sides[0]() is not j.comparison:  # (no weights of a comparison gone are kept)
+            self._sides = (_dead, False, None)
         if j.identity is not None and a is not None:
             self.title.setText(f"A: {a.name}   B: {j.identity['name']}")
         else:
@@ -275,16 +278,30 @@ class ComparePanel(QWidget):
                 f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")
 
     # --- the pictures ---------------------------------------------------------------------------
-    def layer_pictures(self, layer: int):
-        """(rgb tiles [n_head][T, T, 3], the colour limit or None) of `layer` in the mode shown."""
-        c = self.jobs.comparison
-        mode = self.jobs.mode
+    def sides(self, c) -> tuple:
+        """A's and B's weights of comparison `c` as shown (grid_compare.sides): under Hide first
+        token renormalised, as the grid shows them. Kept for the comparison on screen alone."""
+        hide = self.state.hide_first
+        of, was, pair = self._sides
+        if of() is not c or was != hide:
+            pair = GC.sides(c, hide)
+            self._sides = (weakref.ref(c), hide, pair)
+        return pair
+
+    def layer_pictures(self, layer: int, mode: str | None = None, heads=None, lim: float | None = None):
+        """(rgb tiles [T, T, 3] of `heads` (None: all) of `layer` in `mode` (None: the one shown),
+        the colour limit: `lim`, else the layer's largest |A − B|; None in A or B), as shown: under
+        Hide first token renormalised, the hidden key and the undefined rows blank (F.blanked)."""
+        a, b = self.sides(self.jobs.comparison)
+        mode, heads = mode or self.jobs.mode, range(a.n_head) if heads is None else heads
         if mode == "A-B":
-            d = self.jobs.difference(layer)
-            lim = F.signed_limit(d)
-            return [F.signed_rgb(x, lim) for x in d], lim
-        mats = c.a_attentions[layer] if mode == "A" else c.b_attentions[layer]
-        return [F.weight_rgb(x, self.state.colormap) for x in mats], None
+            d, blank = GC.difference(a, b, layer)
+            lim = F.signed_limit(d) if lim is None else lim
+            return [F.blanked(F.signed_rgb(d[h], lim), None if blank is None else blank[h], a.hide_first)
+                    for h in heads], lim
+        s = a if mode == "A" else b
+        mats, blank = s.rows(layer, 0, s.n_tok), s.undefined_rows(layer, 0, s.n_tok)
+        return [F.blanked(F.weight_rgb(mats[h], self.state.colormap), blank[h], s.hide_first) for h in heads], None
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
         c = self.jobs.comparison
@@ -316,6 +333,7 @@ class ComparePanel(QWidget):
         """The A − B colour limit of `key` (a layer, or a (layer, head)) of comparison `c`, worked out
         from `difference()` once: the layout asks for it at every width it tries."""
         of, limits = self._limits
+        key = (self.state.hide_first, key)  # (the difference as shown)
         if of() is not c:
             limits = {}
             self._limits = (weakref.ref(c), limits)
@@ -328,10 +346,10 @@ class ComparePanel(QWidget):
         (bar_room): none in A or B, which paint no bar."""
         if self.jobs.mode != "A-B":
             return 0.0
-        return bar_room(BAR_W, self._limit(c, layer, lambda: self.jobs.difference(layer)), 4)
+        return bar_room(BAR_W, self._limit(c, layer, lambda: GC.difference(*self.sides(c), layer)[0]), 4)
 
     def _focus_limit(self, c, l: int, hd: int) -> float:
-        return self._limit(c, (l, hd), lambda: c.a_attentions[l, hd] - c.b_attentions[l, hd])
+        return self._limit(c, (l, hd), lambda: GC.difference(*self.sides(c), l)[0][hd])
 
     def _tiles_fit(self, width: int) -> float:
         c = self.jobs.comparison
@@ -379,10 +397,9 @@ class ComparePanel(QWidget):
                 T = self.tile_T
                 q, k = int((y - r.top()) / r.height() * T), int((x - r.left()) / r.width() * T)
                 layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
-                a, b = float(c.a_attentions[layer, hd, q, k]), float(c.b_attentions[layer, hd, q, k])
-                lab = c.result.labels
-                return (f"{head_title(layer, hd)}  {quoted(lab[q])} \u2192 {quoted(lab[k])}: A {a:.4f}, B {b:.4f}, "
-                        f"A \u2212 B {signed(a - b)}")
+                lab = c.result.labels  # (the cell as shown: under Hide first token renormalised)
+                return (f"{head_title(layer, hd)}  {quoted(lab[q])} \u2192 {quoted(lab[k])}: "
+                        f"{GC.cell_numbers(c, layer, hd, q, k, self.state.hide_first)}")
         return None
 
     def _paint_map(self, p: QPainter, w: int, h: int) -> None:
@@ -426,10 +443,8 @@ class ComparePanel(QWidget):
         if c is None or c.doc is None or focus is None:
             return
         l, hd = focus
-        a, b = c.a_attentions[l, hd], c.b_attentions[l, hd]
         lim = self._focus_limit(c, l, hd)
-        rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
-                F.signed_rgb(a - b, lim)]
+        rgbs = [self.layer_pictures(l, mode, [hd], lim)[0][0] for mode in ("A", "B", "A-B")]
         bar_w = bar_room(FOCUS_BAR_W, lim, 0)
         rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), 3, min_side=self._title_side(c))
         titles = [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}", f"A \u2212 B {head_title(l, hd)}"]

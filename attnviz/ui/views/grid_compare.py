@@ -112,19 +112,15 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     mode = compared_mode(jobs)
     if mode == "A" or shown.long:
         return None
-    c = jobs.comparison
     hide = shown.hide_first
-    b = Shown(SimpleNamespace(attentions=c.b_attentions), hide, False)
+    a, b = sides(jobs.comparison, hide)
     if mode == "B":
         region = b.region(layers, pool=pool)
         return Compared(region.values, None, b, region.blank)
-    a = Shown(SimpleNamespace(attentions=c.a_attentions), hide, False)
     layers = list(range(a.n_layer)) if layers is None else list(layers)
-    d = np.stack([a.rows(l, 0, a.n_tok) - b.rows(l, 0, b.n_tok) for l in layers])  # [n, H, T, T]
-    blank = None
-    if hide:
-        blank = np.stack([a.undefined_rows(l, 0, a.n_tok) | b.undefined_rows(l, 0, b.n_tok) for l in layers])
-        d[blank] = 0
+    parts = [difference(a, b, l) for l in layers]
+    d = np.stack([p[0] for p in parts])  # [n, H, T, T]
+    blank = np.stack([p[1] for p in parts]) if hide else None
     lim = float(np.abs(d).max(initial=0.0))
     if pool > 1:
         d = signed_pool(d, pool)
@@ -132,6 +128,26 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     elif hide:
         d = d[..., int(a.key_pos[0]):]
     return Compared(d, lim, b, blank)
+
+
+def sides(c, hide: bool) -> tuple[Shown, Shown]:
+    """A's and B's weights in comparison `c` as the grid and the Compare panel show them: each
+    side's clean run, not value-weighted, the first key hidden and the rows renormalised where
+    `hide` (Hide first token)."""
+    return (Shown(SimpleNamespace(attentions=c.a_attentions), hide, False),
+            Shown(SimpleNamespace(attentions=c.b_attentions), hide, False))
+
+
+def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """A − B of `layer` as shown ([n_head, T, T], token coordinates: a hidden key 0) and its
+    undefined rows ([n_head, T] bool, None without Hide first token): a row with no weight left on
+    either side has no difference, 0 here, and a view leaves it blank."""
+    d = a.rows(layer, 0, a.n_tok) - b.rows(layer, 0, b.n_tok)
+    if not a.hide_first:
+        return d, None
+    blank = a.undefined_rows(layer, 0, a.n_tok) | b.undefined_rows(layer, 0, b.n_tok)
+    d[blank] = 0
+    return d, blank
 
 
 def signed_pool(d: np.ndarray, pool: int) -> np.ndarray:  # [..., T, T] -> [..., ceil(T/p), ceil(T/p)]
@@ -154,13 +170,21 @@ def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_fi
     c = jobs.comparison if mode != "A" else None
     if c is None or c.result is not result or hide_first and k == 0:
         return ""
+    return f"  [compare: {cell_numbers(c, layer, head, q, k, hide_first)}]"
+
+
+def cell_numbers(c, layer: int, head: int, q: int, k: int, hide_first: bool) -> str:
+    """A's and B's weight at one cell of comparison `c` and A − B, as shown: with the first key
+    hidden, renormalised (the hidden key itself: "first key hidden"), and a row with no weight left
+    on either side undefined."""
+    if hide_first and k == 0:
+        return "first key hidden"
     rows = [c.a_attentions[layer, head, q], c.b_attentions[layer, head, q]]
     if hide_first:
         rows = [drop_first_key(r) for r in rows]
         k -= 1
         empty = [side for side, r in zip("AB", rows) if no_weight_rows(r)]
         if empty:
-            return (f"  [compare: A \u2212 B undefined: no weight left once the first key is hidden "
-                    f"in {' and '.join(empty)}]")
+            return f"A \u2212 B undefined: no weight left once the first key is hidden in {' and '.join(empty)}"
     a, b = float(rows[0][k]), float(rows[1][k])
-    return f"  [compare: A {a:.4f}, B {b:.4f}, A \u2212 B {signed(a - b)}]"
+    return f"A {a:.4f}, B {b:.4f}, A \u2212 B {signed(a - b)}"

@@ -148,8 +148,8 @@ class GuideBar(QWidget):
         if value.layer is None:  # no head has any strength for it: none to focus
             which = "no head still on" if switched_off(result) else "no head of this model"
             self.answer.setToolTip(f"No head passes the bar, and {which} is a candidate")
-            self._show_off(f"No head to show: {which} has any strength for what this sample looks "
-                           "for (the answer says why)")
+            near = "comes close to" if self.sample.find else "has any strength for"  # (a Find sample: no head near its bar)
+            self._show_off(f"No head to show: {which} {near} what this sample looks for (the answer says why)")
             return
         self.answer.setToolTip("" if value.claimed else "No head passes this sample's bar: 'Show "
                                "me' focuses the closest candidate, as the answer names it")
