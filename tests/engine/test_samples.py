@@ -288,6 +288,12 @@ def test_a_find_guide_names_a_closest_head_only_from_half_its_bar():
     att[0, 0, 2] = [0.39, 0.43, 0.18, 0.0]  # +0.03
     g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
     assert (g.layer, g.head, g.claimed) == (None, None, False) and "L0 H0" not in g.message, g.message
+    att[0, 0, 2] = [0.33, 0.4496, 0.2204, 0.0]  # +0.0496: short of 0.05, which 2 decimals would print
+    g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
+    assert g.message.endswith("over the other queries' mean is +0.0496."), g.message
+    att[0, 0, 2] = [0.30, 0.4996, 0.2004, 0.0]  # +0.0996: closest, short of 0.1
+    g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
+    assert "+0.0996 against the other queries' mean 0.40" in g.message and not g.claimed, g.message
 
 
 def test_the_textbooks_agreement_guide_names_no_head(book):

@@ -215,10 +215,14 @@ def _relabelled(cleared: list, scores, role: str) -> str:
         f"{head_title(l, h)} {label}" for l, h, label in other) + ")"
 
 
-def _signed(x: float) -> str:
+def _signed(x: float, bar: float | None = None) -> str:
     """`+0.12`, `−0.12` (the minus the window's colour bars write), and `+0.00` for a value that
-    rounds to zero (never `−0.00`)."""
-    text = f"{x:+.2f}"
+    rounds to zero (never `−0.00`); below a `bar`, as many more decimals as it takes not to read
+    as the bar (0.0496 below 0.05: `+0.0496`, not `+0.05`)."""
+    digits = 2
+    while bar is not None and x < bar <= round(x, digits) and digits < 8:
+        digits += 1
+    text = f"{x:+.{digits}f}"
     return "+" + text[1:] if float(text) == 0 else text.replace("-", "\u2212")
 
 
@@ -236,7 +240,7 @@ def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
     msg = (f"{head_title(top.layer, top.head)}: {frm} \u2192 {to} weight {top.weight:.2f}, "
-           f"{_signed(top.specificity)} against the other queries' mean {base:.2f}")
+           f"{_signed(top.specificity, SPECIFICITY_MIN)} against the other queries' mean {base:.2f}")
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
         return Guide(top.layer, top.head, True, msg + _others(n) + ("." if gone else "") + gone)
@@ -244,7 +248,7 @@ def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
     if top.specificity < CLOSEST_MIN:
         return Guide(None, None, False, f"{none}, nor comes close (by {CLOSEST_MIN:g}): the most any head"
                      f"{' still on' if off else ''} gives {frm} \u2192 {to} over the other queries' mean is "
-                     f"{_signed(top.specificity)}." + gone)
+                     f"{_signed(top.specificity, CLOSEST_MIN)}." + gone)
     return Guide(top.layer, top.head, False, f"{none}. Closest: " + msg + "." + gone)
 
 
