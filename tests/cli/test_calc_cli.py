@@ -196,3 +196,15 @@ def test_cli_compare_table_multiplies_out(capsys, preset, split):
     after = lines[5].strip() if len(lines) > 5 else ""
     assert (after == "Past the 4,096-token window: at 8,192 tokens = full layers' per token × 8,192 + window "
                      "layers' × 4,096 (the 21 window layers keep only their last 4,096 tokens).") == split, after
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--sliding-window-layers", "0", "--seq-len", "1024"], "(the 1 window layer keeps only its last 512 tokens)."),
+    (["--sliding-window", "1", "--seq-len", "4"], "(the 22 window layers keep only their last 1 token)."),
+    (["--sliding-window", "1", "--sliding-window-layers", "all", "--seq-len", "4"],
+     "(every layer keeps only its last 1 token).")])
+def test_the_window_note_reads_right_for_one_layer_and_one_token(capsys, argv, why):
+    assert main(["calc", "--preset", "gemma-3-1b", *argv]) == 0
+    table = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()
+    note = next(line.strip() for line in table if line.strip().startswith("Past the"))
+    assert note.endswith(why), note

@@ -75,9 +75,11 @@ def compare_note(r) -> str:
     T, w, b = f"{i.seq_len:,}", f"{i.sliding_window:,}", i.batch
     if split[0]:
         total = f"full layers' per token × {T} + window layers' × {w}"
-        why = f"the {plural(split[1], 'window layer')} keep only their last {w} tokens"
+        one = split[1] == 1
+        why = (f"the {plural(split[1], 'window layer')} keep{'s' * one} only {'its' if one else 'their'} "
+               f"last {tokens(i.sliding_window)}")
     else:
-        total, why = f"per token × {w}", f"every layer keeps only its last {w} tokens"
+        total, why = f"per token × {w}", f"every layer keeps only its last {tokens(i.sliding_window)}"
     total = f"({total}) × batch {b:,}" if b > 1 and split[0] else f"{total} × batch {b:,}" if b > 1 else total
     return f"Past the {w}-token window: at {T} tokens = {total} ({why})."
 
