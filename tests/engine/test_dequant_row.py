@@ -84,3 +84,19 @@ def test_a_q8_0_rows_product_is_the_tables_product_bit_for_bit_at_the_extremes()
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     for bad in (np.inf, -np.inf, np.nan):
         assert q8_0_row(q, np.where(np.arange(8)[:, None] == 5, np.float16(bad), d)) is None
+
+
+def test_one_row_past_a_tables_end_is_refused_not_wrapped_around():
+    """A single id past the table (as a text's id list of one gives it) raises as indexing does;
+    it never reads row id % rows."""
+    rows, cols = 8, 64
+    rng = np.random.default_rng(0)
+    blocks = np.zeros((rows, cols // 32, 34), np.uint8)
+    scales = np.full(rows * cols // 32, 0.01, np.float16).tobytes()
+    blocks[:, :, :2] = np.frombuffer(scales, np.uint8).reshape(rows, cols // 32, 2)
+    blocks[:, :, 2:] = rng.integers(0, 255, (rows, cols // 32, 32), dtype=np.uint8)
+    table = QuantRows("token_embd.weight", blocks.reshape(rows, -1), Q.Q8_0, (rows, cols))
+    np.testing.assert_array_equal(table[np.array([-1])], table[np.array([7])])
+    for bad in (8, 9, -9):
+        with pytest.raises(IndexError):
+            table[np.array([bad])]

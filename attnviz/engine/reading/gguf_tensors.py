@@ -102,7 +102,10 @@ class QuantRows:
     def _one(self, rows: np.ndarray) -> np.ndarray:
         """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
         dequantisers' values in a few array operations (dequant_row)."""
-        row = int(rows[0]) % self.shape[0]
+        row = int(rows[0])
+        if not -self.shape[0] <= row < self.shape[0]:  # (as indexing refuses it: never another row)
+            raise IndexError(f"index {row} is out of bounds for axis 0 with size {self.shape[0]}")
+        row %= self.shape[0]
         if self._q8 is not None:  # Q8_0: dequant_row's product of the row's q [blocks, 32], d [blocks, 1]
             out = q8_0_row(self._q8[0][row], self._q8[1][row])
             if out is not None:  # (else a scale is not finite: refused below, by row)
