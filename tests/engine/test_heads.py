@@ -354,3 +354,10 @@ def test_probe_is_cut_to_fit_the_positions(minilm):
 def test_two_tokens_label_no_head(minilm):
     hs = H.score_result(minilm.run(""))  # [CLS] [SEP]
     assert all(label == H.MIXED for row in hs.labels for label in row)
+
+
+@pytest.mark.parametrize("unknown, words", [([True, False, False], "1 of the 3 tokens is unknown"),
+                                            ([True, True, False], "2 of the 3 tokens are unknown")])
+def test_the_unknown_tokens_line_agrees_with_its_count(unknown, words):
+    share, why = H.unknown_notice(np.array(unknown))
+    assert why is not None and why.startswith(words), why

@@ -209,7 +209,8 @@ def unknown_notice(unknown) -> tuple[float, str | None]:  # bool [T] -> share, w
     share = float(unknown.mean())
     if share <= UNKNOWN_LIMIT:
         return share, None
-    return share, (f"{int(unknown.sum())} of the {tokens(T)} are unknown to the vocabulary "
+    n = int(unknown.sum())
+    return share, (f"{n} of the {tokens(T)} {'is' if n == 1 else 'are'} unknown to the vocabulary "
                    f"({share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
                    "are not labelled, since the text's words cannot be told apart")
 
