@@ -84,7 +84,7 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
         model=model.name, text=result.text, tokens=list(result.tokens),
         labels=list(result.labels or result.tokens), ids=[int(i) for i in result.input_ids],
         layer=int(layer), n_layer=cfg.n_layer, head=None if head is None else int(head),
-        anatomy=an, costs=head_costs(cfg, len(result.tokens), layer), share=head_output_share_of_heads(an.head_out, an.w_o),
+        anatomy=an, costs=head_costs(cfg, len(result.tokens), layer), share=head_output_share_of_heads(an.head_out, model.output_grams(layer)),
         colormap=colormap, family=cfg.family, d_model=cfg.d_model, n_head=cfg.n_head,
         n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, notes=notes, result=result, limits=limits,
         weights=model.weights)

@@ -71,13 +71,14 @@ def test_the_two_ways_to_a_heads_share_agree(minilm):
     """layers.head_output_share (from the pattern and v W_O, what runs give) and
     head_output_share_of_heads (from each head's output, what the anatomy has) are one number."""
     from attnviz.engine.analysing.anatomy import layer_anatomy
-    from attnviz.engine.computing.layers import head_output_share_of_heads
+    from attnviz.engine.computing.layers import head_grams, head_output_share_of_heads
 
     r = minilm.run("The keys to the cabinet are on the table.",
                    request=RunRequest(values=True, inputs=True))
     for layer in (0, 5):
         an = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[layer], layer, r.attentions[layer])
-        np.testing.assert_allclose(head_output_share_of_heads(an.head_out, an.w_o), r.head_share[layer],
+        gram = head_grams(an.w_o, minilm.config.n_head)  # (from the anatomy's W_O, not the model's kept Grams)
+        np.testing.assert_allclose(head_output_share_of_heads(an.head_out, gram), r.head_share[layer],
                                    rtol=1e-4, atol=1e-6)
 
 

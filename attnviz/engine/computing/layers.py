@@ -353,11 +353,12 @@ def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head
 
 
 def head_grams(w_o, n_head):  # [n_head d_head, d_model] -> [n_head, d_head, d_head]
-    """Each head's W_O Gram G_h = W_O(h) W_O(h)^T, float32 rounded from float64 sums: all that the
-    value norms and head shares need of W_O, d_head / d_model of its size. The same bits for the
-    same W_O whatever its memory layout (a C-order float64 copy is multiplied)."""
-    wo = np.ascontiguousarray(w_o, dtype=np.float64).reshape(n_head, -1, w_o.shape[-1])
-    return np.matmul(wo, wo.transpose(0, 2, 1)).astype(np.float32)
+    """Each head's W_O Gram G_h = W_O(h) W_O(h)^T in float32: all that the value norms and head
+    shares need of W_O, d_head / d_model of its size (float64 sums cost an 8B model's first
+    value-weighted run seconds a layer for no visible digit). The same bits for the same W_O
+    whatever its memory layout (a C-order copy is multiplied)."""
+    wo = np.ascontiguousarray(w_o, dtype=np.float32).reshape(n_head, -1, w_o.shape[-1])
+    return np.matmul(wo, wo.transpose(0, 2, 1))
 
 
 def head_value_norms(v, gram, n_group):  # [n_kv_head, T, d_head], [n_head, d_head, d_head] -> [n_head, T]
@@ -374,9 +375,10 @@ def head_output_share(pattern, v, gram, n_group):  # [n_head, T, T], [n_kv_head,
     return _gram_shares(np.matmul(pattern, repeat_kv(v, n_group)), gram)  # o_h = A_h V_h
 
 
-def head_output_share_of_heads(head_out, w_o):  # [n_head, T, d_head], [n_head d_head, d_model] -> [n_head]
-    """The same share from each head's output o_h = A_h V_h (the anatomy has them)."""
-    return _gram_shares(head_out, head_grams(w_o, head_out.shape[0]))
+def head_output_share_of_heads(head_out, gram):  # [n_head, T, d_head], [n_head, d_head, d_head] -> [n_head]
+    """The same share from each head's output o_h = A_h V_h (the anatomy has them) and the layer's
+    Grams (head_grams; a Model keeps them: Model.output_grams)."""
+    return _gram_shares(head_out, gram)
 
 
 def _gram_shares(head_out, gram):  # [n_head, T, d_head], [n_head, d_head, d_head] -> [n_head]
