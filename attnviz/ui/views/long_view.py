@@ -7,7 +7,7 @@ block's defined rows, linear or log colours (under Hide first token a row of cel
 query row has no weight left is blank, at any zoom: Overview.blank). The wheel zooms about the
 pointer and a dragged rectangle zooms to it, in the large pane or a tile; once the region has no
 more tokens than the pane has pixels the cells are the exact weights (a hidden first key's column
-blank) and the token labels appear; the token strip under the pane lists the region's keys.
+in the gap colour, figures/long_picture.HIDDEN_KEY) and the token labels appear; the token strip under the pane lists the region's keys.
 Hover reads the exact shown weight of the token pair under the pointer at any zoom. A local
 layer's window edge is drawn (dashed) where it passes through the region. Until a new overview arrives the last one stays, moved and scaled to
 the new region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
-from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
+from attnviz.figures.long_picture import HIDDEN_WORDS, Layout, LongPicture, options_text, write_long_picture
 from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, tops
 from attnviz.figures.view import REDUCES
@@ -163,14 +163,16 @@ class LongView(QWidget):
         state.sigDisplayChanged.connect(self.refresh)
 
     def scale_text(self) -> str:
-        """The pane's colour scale: 0 (or, log, LOG_DECADES below the top) to its top."""
+        """The pane's colour scale: 0 (or, log, LOG_DECADES below the top) to its top, and under
+        Hide first token what the hidden key's colour means."""
         ov = self.long.pane
         if ov is None:
             return ""
         top = float(tops(ov.values, "per-head")[0])
+        hidden = f" · {HIDDEN_WORDS}" if ov.options[0] else ""
         if self.long.log:
-            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}"
-        return f"colours: 0 .. {plain_number(top)}"
+            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}{hidden}"
+        return f"colours: 0 .. {plain_number(top)}{hidden}"
 
     def picture(self) -> LongPicture | None:
         """What the view shows, as its export draws it; None while the tiles or the large head are
