@@ -48,6 +48,14 @@ def options_text(options) -> str:
     return "".join(f", {name}" for on, name in zip(options, OPTION_NAMES) if on)
 
 
+def scale_span(top: float, log: bool) -> str:
+    """A colour scale up to `top` in words, as the view's bar and the picture's legend write it:
+    "0 .. 0.873", or "log, 0.0000873 and below .. 0.873" (every number as numbers.plain_number)."""
+    if log:
+        return f"log, {plain_number(top * 10.0 ** -LOG_DECADES)} and below .. {plain_number(top)}"
+    return f"0 .. {plain_number(top)}"
+
+
 @dataclass(frozen=True)
 class LongPicture:
     """What the long view shows: the layer's tiles and the focused head's pane (figures/view.Overview
@@ -72,7 +80,7 @@ class LongPicture:
         """The legend: each colour scale in words, with its top, and under Hide first token what
         HIDDEN_KEY's colour means."""
         def span(top: float) -> str:
-            return f"log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}" if self.log else f"0 .. {plain_number(top)}"
+            return scale_span(top, self.log)
         t = tops(self.tiles.values, self.scale_mode)
         if self.scale_mode == "shared":
             tiles = f"tiles: shared scale, {span(float(t[0]))} (the largest cell of the layer's tiles shown)"

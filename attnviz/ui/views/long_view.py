@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
-from attnviz.figures.long_picture import HIDDEN_WORDS, Layout, LongPicture, options_text, write_long_picture
-from attnviz.figures.numbers import plain_number
-from attnviz.figures.overview import LOG_DECADES, tops
+from attnviz.figures.long_picture import (
+    HIDDEN_WORDS, Layout, LongPicture, options_text, scale_span, write_long_picture,
+)
+from attnviz.figures.overview import tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
@@ -170,9 +171,7 @@ class LongView(QWidget):
             return ""
         top = float(tops(ov.values, "per-head")[0])
         hidden = f" · {HIDDEN_WORDS}" if ov.options[0] else ""
-        if self.long.log:
-            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}{hidden}"
-        return f"colours: 0 .. {plain_number(top)}{hidden}"
+        return f"colours: {scale_span(top, self.long.log)}{hidden}"
 
     def picture(self) -> LongPicture | None:
         """What the view shows, as its export draws it; None while the tiles or the large head are
