@@ -48,6 +48,15 @@ def options_text(options) -> str:
     return "".join(f", {name}" for on, name in zip(options, OPTION_NAMES) if on)
 
 
+def cells_text(pane, tiles) -> str:
+    """What a cell of the large pane (and of the tiles where they pool blocks) is, as the view's
+    line says it: "exact weights", or "block max of blocks of up to 4×4 tokens"."""
+    def blocks(ov) -> str:
+        return f"{REDUCE_WORDS[ov.reduce]} of blocks of up to {ov.block_text()}"
+    text = "exact weights" if pane.exact else blocks(pane)
+    return text if tiles is None or tiles.exact else f"{text} (the tiles: {blocks(tiles)})"
+
+
 def scale_span(top: float, log: bool) -> str:
     """A colour scale up to `top` in words, as the view's bar and the picture's legend write it:
     "0 .. 0.873", or "log, 0.0000873 and below .. 0.873" (every number as numbers.plain_number)."""
@@ -73,7 +82,7 @@ class LongPicture:
     def title(self) -> str:
         r0, r1, c0, c1 = self.pane.region
         return (f"{self.model} · long text, {tokens(self.T)} · layer {self.layer} · queries "
-                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {REDUCE_WORDS[self.pane.reduce]}"
+                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {cells_text(self.pane, self.tiles)}"
                 f"{options_text(self.pane.options)}")
 
     def scales(self) -> list[str]:

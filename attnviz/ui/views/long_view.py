@@ -24,7 +24,7 @@ from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import (
-    HIDDEN_WORDS, Layout, LongPicture, options_text, scale_span, write_long_picture,
+    HIDDEN_WORDS, Layout, LongPicture, cells_text, options_text, scale_span, write_long_picture,
 )
 from attnviz.figures.overview import tops
 from attnviz.figures.view import REDUCES
@@ -252,12 +252,9 @@ class LongView(QWidget):
             layer = min(self.state.layer, lp.n_layer - 1)
             ov, applied = lg.pane, lg.shown().applied
             now = ov is not None and ov.region == r and ov.options == applied
-            res = ("exact weights" if now and ov.exact else
-                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to {ov.block_text()}" if now else "computing…")
             tl = lg.tiles
-            if now and tl is not None and tl.region == r and tl.options == applied and not tl.exact:
-                res += f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to {tl.block_text()})"
-            res += options_text(applied)
+            tl = tl if tl is not None and tl.region == r and tl.options == applied else None
+            res = (cells_text(ov, tl) if now else "computing…") + options_text(applied)
             res_ = lg.run.result
             count = (f"its first {lp.T:,} of {tokens(res_.n_tokens_full)} (the model's positions)"
                      if res_.truncated else tokens(lp.T))
