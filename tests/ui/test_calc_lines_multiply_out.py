@@ -93,3 +93,19 @@ def test_the_window_s_words_agree_with_its_counts(qapp, window_layers, n_layer, 
     r = calculate(d_model=64, n_head=1, n_layer=n_layer, seq_len=8, sliding_window=1,
                   sliding_window_layers=window_layers)
     assert plain(kv_text(r)).splitlines()[2].endswith(says)
+
+
+def test_the_calculator_page_quotes_the_line_under_the_table_as_shown(calc_panel, qtbot):
+    """docs/calculator.md quotes the line under the comparison table in the words the window shows
+    (it gave the sum in numbers, which the line never writes)."""
+    from pathlib import Path
+
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData("gemma-2-9b"))
+    calc_panel.spins["seq_len"].setValue(8192)
+    calc_panel.spins["batch"].setValue(1)
+    note = calc_panel.compare_note
+    qtbot.waitUntil(note.isVisible)
+    page = " ".join((Path(__file__).parents[2] / "docs" / "calculator.md").read_text().split())
+    assert f"`{note.text()}`" in page
+    assert f"`{calc_panel.compare_table.item(0, 2).text().replace(chr(10), ' ')}` per token" in page
+    assert f"`{calc_panel.compare_table.item(0, 3).text()}` on its MHA row" in page
