@@ -96,3 +96,23 @@ def test_the_hidden_key_s_colour_is_no_weight_s_and_the_legends_name_it(qtbot, t
     assert at(5, 0) == at(0, 10) == hidden != at(5, 20)
     assert view.picture().scales()[-1] == words
     w.worker.wait_idle()
+
+
+def test_the_colours_label_shows_whole_lines_in_a_narrow_window(qtbot, tmp_path):
+    """In a narrow window the bar's colours label, the hidden key's words after its scale, wraps onto
+    its two lines and ends at a word with " …" (its tooltip holds it whole), never clipped mid-word
+    at the bar's edge."""
+    from PySide6.QtCore import QRect, Qt
+
+    w = open_window(qtbot, tmp_path / "t.ini", model=TOY, text="abc")
+    lg = long_view_shown(w, qtbot, TEXT, (900, 700))
+    w.state.set_hide_first(True)
+    view = w.findChild(LongView)
+    label = view.scale_label
+    qtbot.waitUntil(lambda: lg.pane.options[0] and "dark green" in view.scale_text(), timeout=WAIT)
+    full, fm, room = view.scale_text(), label.fontMetrics(), label.contentsRect()
+    need = fm.boundingRect(QRect(0, 0, room.width() - 2, 1 << 20), int(Qt.TextFlag.TextWordWrap), label.text())
+    assert need.height() <= room.height() and fm.horizontalAdvance(full) > room.width(), (need, room)
+    assert label.text() == full or (label.text().endswith(" …") and full.startswith(label.text()[:-2]))
+    assert full in label.toolTip()
+    w.worker.wait_idle()

@@ -32,6 +32,7 @@ from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
 
 STRIP_MAX = 64  # keys the token strip lists
+SCALE_TIP = "The colour scale of the large pane: from its lowest colour to its top, the largest cell shown"
 EXPORT_TIP = ("Write the view as shown to a PNG: the tiles and the large head in the colours on "
               "screen, their colour scales said under them")
 
@@ -109,9 +110,7 @@ class LongView(QWidget):
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("layer %v of %m")
         self.progress.hide()
-        self.scale_label = plain_label(QLabel())
-        self.scale_label.setToolTip("The colour scale of the large pane: from its lowest colour to "
-                                    "its top, the largest cell shown")
+        self.scale_label = LinesLabel(2)  # (a narrow bar wraps it, and cuts it at a word: its tooltip holds it)
         bar = QHBoxLayout()
         bar.addWidget(self.scale_label, 1)
         bar.addWidget(self.progress)
@@ -261,7 +260,8 @@ class LongView(QWidget):
             self.info.set_text(f"Long text: {count} · "
                                f"layer {layer} · {region_text(r)} · {res}")
             self.info.setToolTip(self.info.full)  # (a narrow window's lines may not hold it)
-            self.scale_label.setText(self.scale_text())
+            self.scale_label.set_text(self.scale_text())
+            self.scale_label.setToolTip(f"{SCALE_TIP}:\n{self.scale_label.full}")
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
