@@ -5,7 +5,8 @@ the same table at the same levels as the window paints it (overview.shown_index:
 view's scale mode, the large head at its own top), and says which scales those are under the
 picture, with their tops, and in its title the display options applied (first key hidden,
 value-weighted), as the view's line says them. Each cell is a square of whole pixels, so a cell's
-colour is the screen's (a hidden first key's and an undefined row's black, as on screen)."""
+colour is the screen's (a hidden first key's and an undefined row's dark green,
+HIDDEN_KEY, as on screen, which the legend names under Hide first token)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,14 @@ TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per c
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
 REDUCE_WORDS = {"max": "block max", "mean": "block mean"}
 OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the view says them
-HIDDEN_KEY = (0, 0, 0, 255)  # a hidden first key's cells and undefined rows: black, on screen and in the picture
+# a hidden first key's cells and undefined rows, on screen and in the picture: a colour no colormap
+# offered (data.COLORMAPS) paints a weight in (black is magma's, inferno's and CET-L3's 0, a grey CET-L1's)
+HIDDEN_KEY = (30, 75, 0, 255)
+HIDDEN_WORDS = "dark green: the hidden first key, or a row with no weight left"  # the legend's words
 
 
 def colour_table(name: str) -> list[int]:
-    """The colormap's table (style.heat_table, the gap black) as a QImage colour table: the long
+    """The colormap's table (style.heat_table, the gap HIDDEN_KEY) as a QImage colour table: the long
     view paints its panes through it, and its picture too."""
     return [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
             for r, g, b, _a in heat_table(name, gap=HIDDEN_KEY)]
@@ -42,6 +46,23 @@ def options_text(options) -> str:
     """The display options applied to what is shown (Overview.options), as the view says them:
     ", first key hidden, value-weighted", or "" with neither."""
     return "".join(f", {name}" for on, name in zip(options, OPTION_NAMES) if on)
+
+
+def cells_text(pane, tiles) -> str:
+    """What a cell of the large pane (and of the tiles where they pool blocks) is, as the view's
+    line says it: "exact weights", or "block max of blocks of up to 4×4 tokens"."""
+    def blocks(ov) -> str:
+        return f"{REDUCE_WORDS[ov.reduce]} of blocks of up to {ov.block_text()}"
+    text = "exact weights" if pane.exact else blocks(pane)
+    return text if tiles is None or tiles.exact else f"{text} (the tiles: {blocks(tiles)})"
+
+
+def scale_span(top: float, log: bool) -> str:
+    """A colour scale up to `top` in words, as the view's bar and the picture's legend write it:
+    "0 .. 0.873", or "log, 0.0000873 and below .. 0.873" (every number as numbers.plain_number)."""
+    if log:
+        return f"log, {plain_number(top * 10.0 ** -LOG_DECADES)} and below .. {plain_number(top)}"
+    return f"0 .. {plain_number(top)}"
 
 
 @dataclass(frozen=True)
@@ -61,13 +82,14 @@ class LongPicture:
     def title(self) -> str:
         r0, r1, c0, c1 = self.pane.region
         return (f"{self.model} · long text, {tokens(self.T)} · layer {self.layer} · queries "
-                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {REDUCE_WORDS[self.pane.reduce]}"
+                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {cells_text(self.pane, self.tiles)}"
                 f"{options_text(self.pane.options)}")
 
     def scales(self) -> list[str]:
-        """The legend: each colour scale in words, with its top."""
+        """The legend: each colour scale in words, with its top, and under Hide first token what
+        HIDDEN_KEY's colour means."""
         def span(top: float) -> str:
-            return f"log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}" if self.log else f"0 .. {plain_number(top)}"
+            return scale_span(top, self.log)
         t = tops(self.tiles.values, self.scale_mode)
         if self.scale_mode == "shared":
             tiles = f"tiles: shared scale, {span(float(t[0]))} (the largest cell of the layer's tiles shown)"
@@ -76,7 +98,7 @@ class LongPicture:
             tiles = (f"tiles: per-head scale{', log' if self.log else ''}, each from {low} to its own "
                      f"largest cell ({plain_number(t.min())} .. {plain_number(t.max())})")
         big = f"{head_title(self.layer, self.head)} (large): its own scale, {span(float(tops(self.pane.values, 'per-head')[0]))}"
-        return [tiles, big]
+        return [tiles, big] + ([HIDDEN_WORDS] if self.pane.options[0] else [])
 
 
 @dataclass(frozen=True)
@@ -110,7 +132,7 @@ def layout(pic: LongPicture, _width: int = 0) -> Layout:
     words = [QFontMetrics(figure_font(13, bold=True)).horizontalAdvance(pic.title())]
     words += [QFontMetrics(figure_font(11)).horizontalAdvance(line) for line in pic.scales()]
     width = max(left + pw, MARGIN + max(words) + 4) + MARGIN  # (the title and the legend whole)
-    return Layout(width, bottom + 2 * LINE_PX + MARGIN, rects, pane)
+    return Layout(width, bottom + len(pic.scales()) * LINE_PX + MARGIN, rects, pane)
 
 
 def _image(idx, table) -> QImage:  # [H, W] uint8 -> an indexed QImage that owns its pixels
@@ -140,8 +162,9 @@ def paint(p: QPainter, pic: LongPicture, lay: Layout) -> None:
     p.drawImage(r, _image(shown_index(pic.pane, "per-head", pic.log)[0], table))
     p.drawText(QRect(r.left(), r.top() - HEAD_PX, r.width(), HEAD_PX), Qt.AlignmentFlag.AlignLeft,
                f"{head_title(pic.layer, pic.head)} (large)")
-    for i, line in enumerate(pic.scales()):
-        p.drawText(QRect(MARGIN, lay.height - MARGIN - (2 - i) * LINE_PX, lay.width - 2 * MARGIN, LINE_PX),
+    lines = pic.scales()
+    for i, line in enumerate(lines):
+        p.drawText(QRect(MARGIN, lay.height - MARGIN - (len(lines) - i) * LINE_PX, lay.width - 2 * MARGIN, LINE_PX),
                    Qt.AlignmentFlag.AlignLeft, line)
 
 

@@ -32,7 +32,7 @@ def test_the_total_is_what_its_line_multiplies(calc_panel, preset, batch):
     if m.group(4) is None:  # no sum written: the reader's per token × tokens × batch
         assert per * T * b == total, lines
         return
-    sum_ = re.sub(r" \((the window|all) layers keep their last [\d,]+ tokens\)$", "", m.group(4))
+    sum_ = re.sub(r" \((the [\d,]+ window layers keep their|every layer keeps its) last [\d,]+ tokens\)$", "", m.group(4))
     expression = sum_.replace(",", "").replace(" bytes", "").replace("×", "*").replace("batch", "")
     assert re.fullmatch(r"[\d*+() ]+", expression), sum_
     assert eval(expression) == total, lines  # noqa: S307 (digits, +, *, brackets only)
@@ -76,3 +76,36 @@ def test_the_comparison_table_multiplies_out(calc_panel, qtbot, preset, split, b
                  else "full layers' per token × 8,192 + window layers' × 4,096")
         assert note.text() == (f"Past the 4,096-token window: at 8,192 tokens = {times} (the 21 window layers "
                                f"keep only their last 4,096 tokens).")
+
+
+@pytest.mark.parametrize("window_layers, n_layer, says", [
+    ([0], 2, "(the 1 window layer keeps its last 1 token)"),
+    ([0, 1], 3, "(the 2 window layers keep their last 1 token)"),
+    ([0], 1, "(every layer keeps its last 1 token)"),
+])
+def test_the_window_s_words_agree_with_its_counts(qapp, window_layers, n_layer, says):
+    """The KV line past a window counts its window layers and agrees with them and the tokens kept,
+    as the note under the comparison table does (it read "the window layers keep their last 1
+    token" of one window layer)."""
+    from attnviz.engine.calc import calculate
+    from attnviz.ui.panels.calc_views import kv_text
+
+    r = calculate(d_model=64, n_head=1, n_layer=n_layer, seq_len=8, sliding_window=1,
+                  sliding_window_layers=window_layers)
+    assert plain(kv_text(r)).splitlines()[2].endswith(says)
+
+
+def test_the_calculator_page_quotes_the_line_under_the_table_as_shown(calc_panel, qtbot):
+    """docs/calculator.md quotes the line under the comparison table in the words the window shows
+    (it gave the sum in numbers, which the line never writes)."""
+    from pathlib import Path
+
+    calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData("gemma-2-9b"))
+    calc_panel.spins["seq_len"].setValue(8192)
+    calc_panel.spins["batch"].setValue(1)
+    note = calc_panel.compare_note
+    qtbot.waitUntil(note.isVisible)
+    page = " ".join((Path(__file__).parents[2] / "docs" / "calculator.md").read_text().split())
+    assert f"`{note.text()}`" in page
+    assert f"`{calc_panel.compare_table.item(0, 2).text().replace(chr(10), ' ')}` per token" in page
+    assert f"`{calc_panel.compare_table.item(0, 3).text()}` on its MHA row" in page

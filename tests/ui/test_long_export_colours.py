@@ -105,6 +105,26 @@ def test_log_colours_are_exported_as_shown(long_view, tmp_path):
     assert all(", log, " in line for line in view.picture().scales())
 
 
+
+def test_a_log_scale_s_bottom_is_written_as_its_top_is(long_view, qtbot):
+    """The bottom of each log scale as numbers.plain_number writes it (`0.0000873`), as its top is,
+    not as `.2g` does (`8.7e-05`)."""
+    view, st = long_view, long_view.state
+    lg = st.long
+    lg.set_log(True)
+    st.set_layer(1)
+    st.set_focus(1, 2)  # (layer 0's head 2 has a weight of 1: a top under 1 here)
+    qtbot.waitUntil(lambda: (pic := view.picture()) is not None and (pic.layer, pic.head) == (1, 2), timeout=WAIT)
+    top = float(tops(st.long.pane.values, "per-head")[0])
+    bottom = plain_number(top / 10_000)
+    assert top < 1 and bottom != f"{top / 10_000:.2g}"  # (`.2g` writes one under 0.0001 with an exponent)
+    assert view.scale_label.text() == f"colours: log, {bottom} and below .. {plain_number(top)}"
+    assert view.picture().scales()[1] == f"L{st.layer} H2 (large): its own scale, log, {bottom} and below .. {plain_number(top)}"
+    if st.scale_mode == "shared":
+        t = float(tops(st.long.tiles.values, "shared")[0])
+        assert view.picture().scales()[0].startswith(f"tiles: shared scale, log, {plain_number(t / 10_000)} and below ")
+
+
 def test_no_picture_while_the_large_head_is_the_previous_one(long_view, qtbot, tmp_path):
     view, st = long_view, long_view.state
     lg = st.long

@@ -1,6 +1,6 @@
 """The long view's line above the panes says what each pixel is: of the large pane, and of the
 tiles too where they pool blocks of tokens while the pane shows exact weights (never 'exact weights'
-alone over tiles of block maxima)."""
+alone over tiles of block maxima), and the exported picture's title says what the line says."""
 
 from attnviz.ui.views.long_view import LongView
 from windows import WAIT, long_view_shown
@@ -15,6 +15,9 @@ def test_the_info_line_names_the_tiles_blocks(window, qtbot):
     assert lg.pane.exact and not lg.tiles.exact, (lg.pane.values.shape, lg.tiles.values.shape, lg.run.patterns.T)
     assert text.endswith(f"· exact weights (the tiles: block max of blocks of up to "
                          f"{lg.tiles.cell_tokens(0)}×{lg.tiles.cell_tokens(1)} tokens)"), text
+    # the exported picture's title says the same (it said "block max" over the exact weights)
+    qtbot.waitUntil(lambda: view.picture() is not None, timeout=WAIT)
+    assert view.picture().title().split(" · ")[-1] == text.split(" · ")[-1]
     window.worker.wait_idle()
 
 

@@ -171,6 +171,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     assert " ".join(labels[c0:c1]) in view.key_strip.full
     assert "exact weights" in view.info.text()
 
+    rect = pane.head_rect()  # (the exact weights' token labels have taken their room)
     p = rect.topLeft() + QPointF(rect.width() * 0.7, rect.height() * 0.8)  # hover: the exact weight
     qtbot.mouseMove(pane, pos=p.toPoint())
     _, q, k = pane.tokens_at(QPointF(p.toPoint()))

@@ -335,8 +335,10 @@ def kv_text(r: CalcResult) -> str:
                     f"on the {plural(n_win, 'window layer')}")
             parts.insert(0, f"{layer * n_full:,} bytes × {T:,}")
         sum_ = " + ".join(parts)
-        total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + (
-            f" ({'the window' if n_full else 'all'} layers keep their last {tokens(w)})")
+        one = n_win == 1
+        who = (f"the {plural(n_win, 'window layer')} keep{'s' * one} {'its' if one else 'their'}" if n_full
+               else "every layer keeps its")
+        total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + f" ({who} last {tokens(w)})"
     return "<br>".join([f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
                         f"{html.escape(f['kv_bytes_per_token_per_layer'])}", per, total])
 

@@ -7,7 +7,7 @@ block's defined rows, linear or log colours (under Hide first token a row of cel
 query row has no weight left is blank, at any zoom: Overview.blank). The wheel zooms about the
 pointer and a dragged rectangle zooms to it, in the large pane or a tile; once the region has no
 more tokens than the pane has pixels the cells are the exact weights (a hidden first key's column
-blank) and the token labels appear; the token strip under the pane lists the region's keys.
+in the gap colour, figures/long_picture.HIDDEN_KEY) and the token labels appear; the token strip under the pane lists the region's keys.
 Hover reads the exact shown weight of the token pair under the pointer at any zoom. A local
 layer's window edge is drawn (dashed) where it passes through the region. Until a new overview arrives the last one stays, moved and scaled to
 the new region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
@@ -23,14 +23,16 @@ from PySide6.QtWidgets import (
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
-from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
-from attnviz.figures.numbers import plain_number
-from attnviz.figures.overview import LOG_DECADES, tops
+from attnviz.figures.long_picture import (
+    HIDDEN_WORDS, Layout, LongPicture, cells_text, options_text, scale_span, write_long_picture,
+)
+from attnviz.figures.overview import tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
 
 STRIP_MAX = 64  # keys the token strip lists
+SCALE_TIP = "The colour scale of the large pane: from its lowest colour to its top, the largest cell shown"
 EXPORT_TIP = ("Write the view as shown to a PNG: the tiles and the large head in the colours on "
               "screen, their colour scales said under them")
 
@@ -108,9 +110,7 @@ class LongView(QWidget):
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("layer %v of %m")
         self.progress.hide()
-        self.scale_label = plain_label(QLabel())
-        self.scale_label.setToolTip("The colour scale of the large pane: from its lowest colour to "
-                                    "its top, the largest cell shown")
+        self.scale_label = LinesLabel(2)  # (a narrow bar wraps it, and cuts it at a word: its tooltip holds it)
         bar = QHBoxLayout()
         bar.addWidget(self.scale_label, 1)
         bar.addWidget(self.progress)
@@ -163,14 +163,14 @@ class LongView(QWidget):
         state.sigDisplayChanged.connect(self.refresh)
 
     def scale_text(self) -> str:
-        """The pane's colour scale: 0 (or, log, LOG_DECADES below the top) to its top."""
+        """The pane's colour scale: 0 (or, log, LOG_DECADES below the top) to its top, and under
+        Hide first token what the hidden key's colour means."""
         ov = self.long.pane
         if ov is None:
             return ""
         top = float(tops(ov.values, "per-head")[0])
-        if self.long.log:
-            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {plain_number(top)}"
-        return f"colours: 0 .. {plain_number(top)}"
+        hidden = f" · {HIDDEN_WORDS}" if ov.options[0] else ""
+        return f"colours: {scale_span(top, self.long.log)}{hidden}"
 
     def picture(self) -> LongPicture | None:
         """What the view shows, as its export draws it; None while the tiles or the large head are
@@ -251,19 +251,17 @@ class LongView(QWidget):
             layer = min(self.state.layer, lp.n_layer - 1)
             ov, applied = lg.pane, lg.shown().applied
             now = ov is not None and ov.region == r and ov.options == applied
-            res = ("exact weights" if now and ov.exact else
-                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to {ov.block_text()}" if now else "computing…")
             tl = lg.tiles
-            if now and tl is not None and tl.region == r and tl.options == applied and not tl.exact:
-                res += f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to {tl.block_text()})"
-            res += options_text(applied)
+            tl = tl if tl is not None and tl.region == r and tl.options == applied else None
+            res = (cells_text(ov, tl) if now else "computing…") + options_text(applied)
             res_ = lg.run.result
             count = (f"its first {lp.T:,} of {tokens(res_.n_tokens_full)} (the model's positions)"
                      if res_.truncated else tokens(lp.T))
             self.info.set_text(f"Long text: {count} · "
                                f"layer {layer} · {region_text(r)} · {res}")
             self.info.setToolTip(self.info.full)  # (a narrow window's lines may not hold it)
-            self.scale_label.setText(self.scale_text())
+            self.scale_label.set_text(self.scale_text())
+            self.scale_label.setToolTip(f"{SCALE_TIP}:\n{self.scale_label.full}")
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
