@@ -183,8 +183,9 @@ def _size(text: str) -> float:
 @pytest.mark.parametrize("preset, split", [("gemma-2-9b", True), ("llama-3-8b", False)])
 def test_cli_compare_table_multiplies_out(capsys, preset, split):
     """Past Gemma 2's 4,096-token window the table's per-token column is the full and the window
-    layers' apart and the line under it multiplies them out to the total, as the tab does (it read
-    672 KiB per token beside 3.94 GiB at 8,192 tokens); a model without a window is as it was."""
+    layers' apart and the line under it multiplies them out to the total, as the tab does (672 KiB per
+    token alone beside 3.94 GiB at 8,192 tokens is no product); a model without a window has one
+    per-token figure and no line."""
     assert main(["calc", "--preset", preset, "--seq-len", "8192"]) == 0
     lines = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()
     header, rows = lines[1], lines[2:5]

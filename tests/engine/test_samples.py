@@ -298,7 +298,7 @@ def test_a_find_guide_names_a_closest_head_only_from_half_its_bar():
 
 def test_the_textbooks_agreement_guide_names_no_head(book):
     """The textbook decoder's best head for 'are' -> 'keys' gives it 1.5e-6 over the other queries:
-    no answer and no closest head (it was named, L0 H1, 'Show me' focusing it); the line says the
+    no answer and no closest head (L0 H1 is not named, nothing for 'Show me'); the line says the
     pair is not singled out, nor nearly, with the largest difference as written (+0.00)."""
     s = next(x for x in SAMPLES if x.title == "Agreement")
     g = guide(s, book.run(s.text))

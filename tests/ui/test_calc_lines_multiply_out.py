@@ -54,8 +54,8 @@ def size(text: str) -> float:
 def test_the_comparison_table_multiplies_out(calc_panel, qtbot, preset, split, batch):
     """MHA / as given / MQA: each row's total is its per-token cache × tokens × batch as the table
     and the line under it say. Past Gemma 2's 4,096-token window the per-token column is the full
-    and the window layers' apart, and the line says the window layers count 4,096 tokens (it read
-    672 KiB per token beside 3.94 GiB at 8,192 tokens, which is no product of them); a model
+    and the window layers' apart, and the line says the window layers count 4,096 tokens (672 KiB
+    per token alone beside 3.94 GiB at 8,192 tokens would be no product of them); a model
     without a window has one per-token figure and no line."""
     calc_panel.preset_combo.setCurrentIndex(calc_panel.preset_combo.findData(preset))
     calc_panel.spins["seq_len"].setValue(8192)

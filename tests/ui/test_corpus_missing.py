@@ -94,8 +94,8 @@ def test_the_map_with_no_values_stays_in_a_1024_pixel_window(window, qtbot, scan
 def test_every_part_keeps_its_least_height_in_a_1024_by_700_window(window, qtbot, scan_dir):
     """The textbook scan in MiniLM's window: its note that the scan is of another model wraps to
     four lines in a 1024 px window's dock, and the map's and the scatter's notes are shown. The
-    map, the scatter and the examples each keep their least height, one below the other (the map
-    was drawn over the scatter's title, the scatter's note over its points), and what does not
+    map, the scatter and the examples each keep their least height, one below the other (the map never
+    over the scatter's title, the scatter's note never over its points), and what does not
     fit the dock is reached by its scroll bar; the window keeps its size."""
     from PySide6.QtCore import QPoint, QRect
     from PySide6.QtWidgets import QScrollArea

@@ -1,5 +1,5 @@
 """The focus view with no head focused says "Click a head in the grid…" and draws no colour bar:
-a 0..1 scale beside an empty frame scales nothing (it was drawn, ticks and all). Once a head is
+a 0..1 scale beside an empty frame would scale nothing. Once a head is
 shown its bar is; with the focus cleared it goes again."""
 
 from PySide6.QtGui import QColor
