@@ -158,8 +158,12 @@ def _patching(w, qtbot) -> None:
                     and p.map.view is not None and p.map.view.what == "resid", timeout=WAIT)
 
 
+def _circuits(w, qtbot) -> None:  # (a head's top tokens are asked for once the model's scores are in)
+    qtbot.waitUntil(lambda: w.circuits_jobs.ov is not None and w.circuits_panel.ov.text() != "", timeout=WAIT)
+
+
 DRIVE = {"anatomy_dock": _anatomy, "patching_dock": _patching, "roles_dock": _find,
-         "predict_dock": _predict, "generate_dock": _generate, "why_dock": _why}
+         "predict_dock": _predict, "generate_dock": _generate, "why_dock": _why, "circuits_dock": _circuits}
 
 
 def _marked(monkeypatch) -> list:
