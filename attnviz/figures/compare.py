@@ -22,11 +22,15 @@ from attnviz.figures.style import BACKGROUND, ERROR, FOCUS, colormap_colors
 MAP_WIDTH = 640
 
 
-def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None) -> headmap.HeadMap:
-    """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models."""
+EVERY_KEY = "JSD over every key (Hide first token not applied)"  # the map's note beside hidden tiles
+
+
+def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None, note: str = "") -> headmap.HeadMap:
+    """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models, `note` first in
+    its caption (EVERY_KEY where the tiles beside it hide the first token)."""
     return headmap.HeadMap(title=f"Attention JSD, {a_name} against {b_name}",
                            values=np.asarray(jsd, dtype=np.float64), unit="bits",
-                           kv_group=kv_group, focus=focus, nonnegative=True)
+                           kv_group=kv_group, focus=focus, nonnegative=True, note=note)
 
 
 def map_height(hm: headmap.HeadMap, width: int) -> int:

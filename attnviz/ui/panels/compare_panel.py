@@ -254,7 +254,8 @@ class ComparePanel(QWidget):
         if d is None:
             return ""
         jsd = np.asarray(d["heads_jsd"])
-        parts = [f"mean head JSD {jsd.mean():.4f} bits"]
+        every = f"{F.EVERY_KEY}: " if self.state.hide_first else ""  # (as the map beside it)
+        parts = [f"{every}mean head JSD {jsd.mean():.4f} bits"]
         l, h, v = _most_moved(jsd)
         parts.append(f"moved most {head_title(l, h)} ({v:.4f} bits)")
         if d["kld_stats"] is not None:
@@ -392,7 +393,7 @@ class ComparePanel(QWidget):
     def head_map(self) -> headmap.HeadMap:
         a = self.state.model
         return F.jsd_map(self.doc()["heads_jsd"], a.name, self.jobs.identity["name"], a.kv_group,
-                         focus=self.state.focus)
+                         focus=self.state.focus, note=F.EVERY_KEY if self.state.hide_first else "")
 
     def _on_map_click(self, x: float, y: float) -> None:
         if self.map_layout is None:
