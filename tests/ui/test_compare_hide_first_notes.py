@@ -48,11 +48,11 @@ def test_the_jsd_map_and_summary_say_they_are_over_every_key(compared, qtbot, mo
     assert "Hide first token" not in said and "Hide first token" not in panel.summary.text()
 
     st.set_hide_first(True)
-    qtbot.waitUntil(lambda: st.shown().hide_first, timeout=WAIT)
-    _map_painted(qtbot, panel)
-    lay = panel.map_layout
-    said = " ".join(painted_texts(panel.head_map(), lay, monkeypatch))
-    assert EVERY_KEY in said, said  # whole, in the caption as painted
+
+    def said():  # the map's texts as last painted (it repaints a moment after the tiles)
+        _map_painted(qtbot, panel)
+        return " ".join(painted_texts(panel.head_map(), panel.map_layout, monkeypatch))
+    qtbot.waitUntil(lambda: EVERY_KEY in said(), timeout=WAIT)  # whole, in the caption as painted
     assert panel.summary.text().startswith(EVERY_KEY + ": mean head JSD"), panel.summary.text()
 
     # the exported picture holds the map as painted, its caption with it
