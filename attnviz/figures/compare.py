@@ -82,6 +82,7 @@ def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white
 
 
 BLANK = np.array(QColor(BACKGROUND).getRgb()[:3], np.uint8)  # a hidden key, an undefined row: the grid's gap
+BLANK_NOTE = "Dark grey: no value (the first key, hidden, or a row with no weight left once it is hidden)"
 
 
 def blanked(rgb: np.ndarray, rows=None, first_key: bool = False) -> np.ndarray:  # [n, n, 3] -> same

@@ -1,11 +1,13 @@
 """Under Hide first token the Compare panel says on screen what its tiles and its numbers follow:
 the JSD map and the summary are over every key, the option not applied (its caption and the summary
-say so, in the exported picture too). (The tiles followed the option while the map and "moved
-most" did not, and only docs/compare.md said so.)"""
+say so, in the exported picture too), and a line under the tiles says what their dark grey cells
+are. (The tiles followed the option while the map and "moved most" did not, and only
+docs/compare.md said so; nothing said what the dark cells meant.)"""
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QLabel
 
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
@@ -64,3 +66,32 @@ def test_the_jsd_map_and_summary_say_they_are_over_every_key(compared, qtbot, mo
     shown = panel.map.grab().toImage().convertToFormat(image.format())
     part = image.copy(int(origin.x() * dpr), int(origin.y() * dpr), shown.width(), shown.height())
     assert part == shown
+
+
+BLANK_NOTE = "Dark grey: no value (the first key, hidden, or a row with no weight left once it is hidden)"
+
+
+def test_the_panel_says_what_its_dark_cells_are(compared, qtbot, tmp_path):
+    w = compared
+    st, panel = w.state, w.compare_panel
+    w.resize(1400, 900)
+
+    def notes():  # the panel's lines of text on screen
+        drain_events()
+        return [lab.text() for lab in panel.findChildren(QLabel) if lab.isVisible()]
+    assert BLANK_NOTE not in notes()
+    st.set_hide_first(True)
+    qtbot.waitUntil(lambda: BLANK_NOTE in notes(), timeout=WAIT)
+    label = next(lab for lab in panel.findChildren(QLabel) if lab.text() == BLANK_NOTE)
+    # under the tiles, above the token strip
+    assert panel.tiles.geometry().bottom() < label.geometry().top() < panel.strip.geometry().top()
+
+    path = tmp_path / "compare.png"
+    panel.export(path)
+    image = QImage(str(path))
+    dpr = panel.devicePixelRatio()
+    origin = label.mapTo(panel, QPoint(0, 0))
+    shown = label.grab().toImage().convertToFormat(image.format())
+    assert image.copy(int(origin.x() * dpr), int(origin.y() * dpr), shown.width(), shown.height()) == shown
+    st.set_hide_first(False)
+    qtbot.waitUntil(lambda: BLANK_NOTE not in notes(), timeout=WAIT)

@@ -2,7 +2,8 @@
 runner's Compare session (ui/machinery/compare_jobs.py):
 
 - A | B | A − B: every head of the layer on screen, as the grid shows them (under Hide first token
-  renormalised, the hidden key and rows with no weight left blank); the difference in a diverging
+  renormalised, the hidden key and rows with no weight left blank, a line under them saying so;
+  each tile pooled to its pixels: compare_tiles.py); the difference in a diverging
   colour map symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
 - the layers x heads JSD map (figures/headmap.py); a click focuses that head, shown below as A, B
   and A − B side by side;
@@ -147,6 +148,8 @@ class ComparePanel(QWidget):
         modes = WrapRow([*self.mode_buttons.buttons(), self.export_button, self.stop_button], len(MODES))
         self.tiles = Canvas(self._paint_tiles, 220, fit=self._tiles_fit)
         self.tiles.hover = lambda x, y: compare_tiles.tile_readout(self, x, y)
+        self.blank_note = plain_label(QLabel(F.BLANK_NOTE))  # (under Hide first token: what dark means)
+        self.blank_note.setWordWrap(True)
         self.map = Canvas(self._paint_map, MAP_HEIGHT, fit=self._map_fit)
         self.map.sigClicked.connect(self._on_map_click)
         self.map.hover = self._map_readout
@@ -163,6 +166,7 @@ class ComparePanel(QWidget):
             col.addWidget(w)
         col.addLayout(modes)
         col.addWidget(self.tiles, 3)
+        col.addWidget(self.blank_note)
         col.addWidget(self.strip, 1)
         col.addWidget(self.summary)
         col.addWidget(self.map, 2)
@@ -207,6 +211,7 @@ class ComparePanel(QWidget):
             b.setChecked(mode == j.mode)
         self.stop_button.setEnabled(j.active or j.loading is not None)
         self.export_button.setEnabled(self.doc() is not None)
+        self.blank_note.setVisible(self.state.hide_first and self.doc() is not None)
         self._set_summary()
         self.induction.setText(self.induction_text())
         for canvas in (self.tiles, self.strip, self.focus, self.map):
