@@ -53,9 +53,12 @@ def tile_readout(panel, x: float, y: float) -> str | None:
         q, k = int(blocks[i]) * p, int(blocks[j]) * p
         if p > 1:  # (a pooled pixel: the cell it shows, as the grid's hover names it)
             a, b = panel.sides(c)
-            if panel.jobs.mode == "A-B":
-                d, blank = GC.difference(a, b, layer)
-                q, k = F.shown_cell(d[hd], None if blank is None else blank[hd], a.hide_first, q, k, p, True)
+            if panel.jobs.mode == "A-B":  # (the block's rows alone: GC.difference's, of one head)
+                rows = (layer, q, min(T, q + p), [hd])
+                d = a.rows(*rows)[0] - b.rows(*rows)[0]
+                blank = a.undefined_rows(*rows)[0] | b.undefined_rows(*rows)[0]
+                dq, k = F.shown_cell(d, blank, a.hide_first, 0, k, p, True)
+                q += dq
             else:
                 q, k = (a if panel.jobs.mode == "A" else b).strongest_in_block(layer, hd, q, k, p)
         lab = c.result.labels  # (the cell as shown: under Hide first token renormalised)
