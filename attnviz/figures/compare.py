@@ -11,6 +11,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
+from attnviz.engine.computing.patterns import max_pool, pooled_undefined, signed_pool
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
@@ -21,11 +22,15 @@ from attnviz.figures.style import BACKGROUND, ERROR, FOCUS, colormap_colors
 MAP_WIDTH = 640
 
 
-def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None) -> headmap.HeadMap:
-    """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models."""
+EVERY_KEY = "JSD over every key (Hide first token not applied)"  # the map's note beside hidden tiles
+
+
+def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None, note: str = "") -> headmap.HeadMap:
+    """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models, `note` first in
+    its caption (EVERY_KEY where the tiles beside it hide the first token)."""
     return headmap.HeadMap(title=f"Attention JSD, {a_name} against {b_name}",
                            values=np.asarray(jsd, dtype=np.float64), unit="bits",
-                           kv_group=kv_group, focus=focus, nonnegative=True)
+                           kv_group=kv_group, focus=focus, nonnegative=True, note=note)
 
 
 def map_height(hm: headmap.HeadMap, width: int) -> int:
@@ -77,10 +82,11 @@ def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white
 
 
 BLANK = np.array(QColor(BACKGROUND).getRgb()[:3], np.uint8)  # a hidden key, an undefined row: the grid's gap
+BLANK_NOTE = "Dark grey: no value (the first key, hidden, or a row with no weight left once it is hidden)"
 
 
-def blanked(rgb: np.ndarray, rows=None, first_key: bool = False) -> np.ndarray:  # [T, T, 3] -> same
-    """`rgb` with the undefined rows (`rows`, [T] bool) and a hidden first key's column in BLANK,
+def blanked(rgb: np.ndarray, rows=None, first_key: bool = False) -> np.ndarray:  # [n, n, 3] -> same
+    """`rgb` with the undefined rows (`rows`, [n] bool) and a hidden first key's column in BLANK,
     as the grid leaves them under Hide first token: no colour of the map, whose white is A = B."""
     if first_key:
         rgb[:, :1] = BLANK
@@ -89,19 +95,84 @@ def blanked(rgb: np.ndarray, rows=None, first_key: bool = False) -> np.ndarray: 
     return rgb
 
 
+# A tile has fewer pixels than tokens in a small panel or on a long text. Drawing its T x T picture
+# scaled down picks one row of each pixel's span at fractional positions: a row (the blank first
+# one among them) then shows on some heads' tiles and not others, and a peak can vanish. So a tile
+# is pooled to its pixels as the grid pools its heads: a pixel shows the rows and keys it covers.
+def tile_pool(n_tok: int, side: float) -> int:
+    """Tokens per pixel of a tile `side` pixels wide: the fewest that give each pixel whole rows."""
+    return max(1, math.ceil(n_tok / max(1, int(side))))
+
+
+def pixel_blocks(n: int, side: int) -> np.ndarray:  # -> [side] int64
+    """The block of n (pooled rows or keys) that each of a tile's `side` pixels shows, side >= n:
+    every block gets at least one pixel."""
+    return np.minimum(((np.arange(side) + 0.5) * n / side).astype(np.int64), n - 1)
+
+
+def block_centre(block: int, n: int, side: float) -> float:
+    """The centre, in pixels from the tile's edge, of the pixels that show `block` of n."""
+    return (block + 0.5) * side / n
+
+
+def _fit(rgb: np.ndarray, side: int) -> np.ndarray:  # [n, n, 3] -> [side, side, 3]
+    idx = pixel_blocks(rgb.shape[0], side)
+    return np.ascontiguousarray(rgb[np.ix_(idx, idx)])
+
+
+def weight_tile(m, undefined, first_key: bool, colormap: str, side: int) -> np.ndarray:
+    """One head's weights [T, T] (a hidden first key 0) as a `side` x `side` picture: each pixel the
+    largest weight of the rows and keys it covers (patterns.max_pool), blank where every row it
+    covers is undefined (`undefined` [T] bool or None; patterns.pooled_undefined) and, a pixel a
+    token, in the hidden first key's column."""
+    p = tile_pool(len(m), side)
+    rgb = weight_rgb(max_pool(np.asarray(m), p), colormap)
+    return _fit(blanked(rgb, None if undefined is None else pooled_undefined(undefined, p),
+                        first_key and p == 1), side)
+
+
+def signed_tile(d, undefined, first_key: bool, lim: float, side: int) -> np.ndarray:
+    """One head's A − B [T, T] (0 in a hidden key and an undefined row) as a `side` x `side` picture:
+    each pixel the difference of largest size of the cells it covers (patterns.signed_pool), blank
+    as weight_tile leaves it."""
+    d = np.asarray(d)
+    p = tile_pool(len(d), side)
+    rgb = signed_rgb(signed_pool(d, p) if p > 1 else d, lim)
+    return _fit(blanked(rgb, None if undefined is None else pooled_undefined(undefined, p),
+                        first_key and p == 1), side)
+
+
+def shown_cell(values, undefined, first_key: bool, q0: int, k0: int, p: int,
+               signed: bool) -> tuple[int, int]:
+    """(q, k) of the cell a pixel pooling rows q0.. and keys k0.. (p of each) shows: the largest
+    weight (`signed`: the difference of largest size) in a defined row, never the hidden first key
+    (the grid's Shown.strongest_in_block). A block of undefined rows alone: its first cell."""
+    if p <= 1:
+        return q0, k0
+    block = np.asarray(values)[q0:q0 + p, k0:k0 + p].astype(np.float64)
+    block = np.abs(block) if signed else block
+    if first_key and k0 == 0:
+        block[:, 0] = -1
+    if undefined is not None:
+        block[np.asarray(undefined, dtype=bool)[q0:q0 + p]] = -1
+    dq, dk = np.unravel_index(int(block.argmax()), block.shape)
+    return q0 + int(dq), k0 + int(dk)
+
+
 def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0,
                min_side: float = 0.0) -> list[QRectF]:
     """n square tiles in rows filling `rect`, each with room for a title above it: the largest
-    tiles at least `min_side` wide (a title's width), else the largest that fit."""
-    best = None
+    tiles at least `min_side` wide (a title's width), else the largest that fit. A tile is whole
+    pixels wide (its picture is made its size, each pixel whole rows: tile_pool)."""
+    best, least = None, math.ceil(min_side)
     for cols in range(1, n + 1):
         rows = -(-n // cols)
-        side = min((rect.width() - gap * (cols - 1)) / cols,
-                   (rect.height() - rows * label_h - gap * (rows - 1)) / rows)
-        key = (side >= min_side, side)
+        side = math.floor(min((rect.width() - gap * (cols - 1)) / cols,
+                              (rect.height() - rows * label_h - gap * (rows - 1)) / rows))
+        key = (side >= least, side)
         if best is None or key > best[0]:
             best = (key, cols)
-    side, cols = max(1.0, best[0][1]), best[1]
+    side, cols = max(1.0, float(best[0][1])), best[1]
     return [QRectF(rect.left() + (i % cols) * (side + gap),
                    rect.top() + (i // cols) * (side + label_h + gap) + label_h, side, side)
             for i in range(n)]
@@ -111,10 +182,10 @@ def tiles_height(width: float, n: int, min_side: float, gap: float = 6.0,
                  label_h: float = 14.0) -> float:
     """The least height of tile_rects' rect `width` wide whose n tiles are each `min_side` wide or
     more (titles whole): as many columns as keep that width, so as few rows as can be."""
-    cols = 1
-    while cols < n and (width - gap * cols) / (cols + 1) >= min_side:
+    cols, least = 1, math.ceil(min_side)
+    while cols < n and (width - gap * cols) / (cols + 1) >= least:
         cols += 1
-    side = max(min_side, (width - gap * (cols - 1)) / cols)
+    side = max(least, math.floor((width - gap * (cols - 1)) / cols))
     rows = -(-n // cols)
     return rows * (side + label_h) + gap * (rows - 1)
 
@@ -125,7 +196,7 @@ def title_width(title: str) -> float:
 
 
 def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | None = None) -> list[str]:
-    """Each [T, T, 3] picture in its rect (nearest-neighbour cells), its title above it (a title
+    """Each [n, n, 3] picture in its rect (nearest-neighbour cells), its title above it (a title
     wider than its tile ends in an ellipsis, not cut mid-letter). -> the titles as painted."""
     font = figure_font(10)
     p.setFont(font)

@@ -42,6 +42,7 @@ class HeadMap:
     focus: tuple | None = None  # (layer, head) outlined
     nonnegative: bool = False  # values never below 0 (a divergence): only white (0) .. red is used
     notes: tuple = ()  # what each bottom-row cell is, for its hover (one per extra, or none)
+    note: str = ""  # what the values leave out, first in the caption (a line more for it)
 
     def scale_text(self) -> str:
         """What the colours mean, for the caption, with the cells beyond the heads' limit (an MLP,
@@ -338,7 +339,7 @@ def heading(hm: HeadMap, width: float, across: bool):
     (title whole, caption whole))."""
     room = max(1.0, width - 8)
     title, title_whole = wrap(hm.title, figure_font(11, bold=True), room)
-    lines, lines_whole = wrap(_caption(hm, across), figure_font(10), room)
+    lines, lines_whole = wrap(_caption(hm, across), figure_font(10), room, TITLE_LINES + bool(hm.note))
     return title, lines, (title_whole, lines_whole)
 
 
@@ -355,7 +356,7 @@ def title_shown(hm: HeadMap, lay: HeadMapLayout) -> str:
 
 
 def _caption(hm: HeadMap, across: bool) -> str:
-    return (hm.scale_text() + ("; columns layers, rows heads" if across else "; rows layers, columns heads")
+    return ((f"{hm.note}; " if hm.note else "") + hm.scale_text() + ("; columns layers, rows heads" if across else "; rows layers, columns heads")
             + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
 
 

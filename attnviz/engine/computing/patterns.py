@@ -89,6 +89,19 @@ def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [..., n_q, n_k] -> [..., c
     return out
 
 
+def signed_pool(d: np.ndarray, pool: int) -> np.ndarray:  # [..., T, T] -> [..., ceil(T/p), ceil(T/p)]
+    """Each pool x pool block's value of largest size, its sign kept (a tie: the first in the block's
+    row order); the last block row / column takes what is left."""
+    T = d.shape[-1]
+    n = -(-T // pool)
+    padded = np.zeros((*d.shape[:-2], n * pool, n * pool), d.dtype)
+    padded[..., :T, :T] = d
+    blocks = padded.reshape(*d.shape[:-2], n, pool, n, pool)
+    blocks = np.moveaxis(blocks, -3, -2).reshape(*d.shape[:-2], n, n, pool * pool)
+    pick = np.abs(blocks).argmax(axis=-1)[..., None]
+    return np.take_along_axis(blocks, pick, axis=-1)[..., 0]
+
+
 def select_patterns(attentions: np.ndarray, scope: str, layer: int | None = None,
                     head: int | None = None) -> np.ndarray:
     """Cut one head, one layer or all layers out of a run's attention weights.

@@ -2,7 +2,8 @@
 runner's Compare session (ui/machinery/compare_jobs.py):
 
 - A | B | A − B: every head of the layer on screen, as the grid shows them (under Hide first token
-  renormalised, the hidden key and rows with no weight left blank); the difference in a diverging
+  renormalised, the hidden key and rows with no weight left blank, a line under them saying so;
+  each tile pooled to its pixels: compare_tiles.py); the difference in a diverging
   colour map symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
 - the layers x heads JSD map (figures/headmap.py); a click focuses that head, shown below as A, B
   and A − B side by side;
@@ -39,7 +40,7 @@ from attnviz.figures import headmap
 from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
-from attnviz.ui.panels import compare_export
+from attnviz.ui.panels import compare_export, compare_tiles
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_label, plain_tip
 from attnviz.ui.views.wrap_row import WrapRow
@@ -146,7 +147,9 @@ class ComparePanel(QWidget):
         # (a row that wraps: one line of all five is wider than a narrow dock)
         modes = WrapRow([*self.mode_buttons.buttons(), self.export_button, self.stop_button], len(MODES))
         self.tiles = Canvas(self._paint_tiles, 220, fit=self._tiles_fit)
-        self.tiles.hover = self._tile_readout
+        self.tiles.hover = lambda x, y: compare_tiles.tile_readout(self, x, y)
+        self.blank_note = plain_label(QLabel(F.BLANK_NOTE))  # (under Hide first token: what dark means)
+        self.blank_note.setWordWrap(True)
         self.map = Canvas(self._paint_map, MAP_HEIGHT, fit=self._map_fit)
         self.map.sigClicked.connect(self._on_map_click)
         self.map.hover = self._map_readout
@@ -163,6 +166,7 @@ class ComparePanel(QWidget):
             col.addWidget(w)
         col.addLayout(modes)
         col.addWidget(self.tiles, 3)
+        col.addWidget(self.blank_note)
         col.addWidget(self.strip, 1)
         col.addWidget(self.summary)
         col.addWidget(self.map, 2)
@@ -207,6 +211,7 @@ class ComparePanel(QWidget):
             b.setChecked(mode == j.mode)
         self.stop_button.setEnabled(j.active or j.loading is not None)
         self.export_button.setEnabled(self.doc() is not None)
+        self.blank_note.setVisible(self.state.hide_first and self.doc() is not None)
         self._set_summary()
         self.induction.setText(self.induction_text())
         for canvas in (self.tiles, self.strip, self.focus, self.map):
@@ -254,7 +259,8 @@ class ComparePanel(QWidget):
         if d is None:
             return ""
         jsd = np.asarray(d["heads_jsd"])
-        parts = [f"mean head JSD {jsd.mean():.4f} bits"]
+        every = f"{F.EVERY_KEY}: " if self.state.hide_first else ""  # (as the map beside it)
+        parts = [f"{every}mean head JSD {jsd.mean():.4f} bits"]
         l, h, v = _most_moved(jsd)
         parts.append(f"moved most {head_title(l, h)} ({v:.4f} bits)")
         if d["kld_stats"] is not None:
@@ -288,20 +294,10 @@ class ComparePanel(QWidget):
             self._sides = (weakref.ref(c), hide, pair)
         return pair
 
-    def layer_pictures(self, layer: int, mode: str | None = None, heads=None, lim: float | None = None):
-        """(rgb tiles [T, T, 3] of `heads` (None: all) of `layer` in `mode` (None: the one shown),
-        the colour limit: `lim`, else the layer's largest |A − B|; None in A or B), as shown: under
-        Hide first token renormalised, the hidden key and the undefined rows blank (F.blanked)."""
-        a, b = self.sides(self.jobs.comparison)
-        mode, heads = mode or self.jobs.mode, range(a.n_head) if heads is None else heads
-        if mode == "A-B":
-            d, blank = GC.difference(a, b, layer)
-            lim = F.signed_limit(d) if lim is None else lim
-            return [F.blanked(F.signed_rgb(d[h], lim), None if blank is None else blank[h], a.hide_first)
-                    for h in heads], lim
-        s = a if mode == "A" else b
-        mats, blank = s.rows(layer, 0, s.n_tok), s.undefined_rows(layer, 0, s.n_tok)
-        return [F.blanked(F.weight_rgb(mats[h], self.state.colormap), blank[h], s.hide_first) for h in heads], None
+    def layer_pictures(self, layer: int, mode: str | None = None, heads=None, lim: float | None = None,
+                       side: int | None = None):
+        """(rgb tiles, colour limit) of `layer` as shown: compare_tiles.layer_pictures."""
+        return compare_tiles.layer_pictures(self, layer, mode, heads, lim, side)
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
         c = self.jobs.comparison
@@ -310,10 +306,10 @@ class ComparePanel(QWidget):
         if c is None or c.doc is None:
             return
         layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
-        rgbs, lim = self.layer_pictures(layer)
         bar_w = self._tiles_bar_w(c, layer)
-        rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), len(rgbs),
+        rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), c.b_attentions.shape[1],
                              min_side=self._title_side(c))
+        rgbs, lim = self.layer_pictures(layer, side=rects[0].width())
         focus = self.state.focus
         fh = focus[1] if focus is not None and focus[0] == layer else None
         titles = [f"{MODE_TITLES[self.jobs.mode]} {head_title(layer, i)}" for i in range(len(rgbs))]
@@ -386,21 +382,8 @@ class ComparePanel(QWidget):
         return self._strip_fitted[2]
 
     def tile_cell(self, head: int, q: int, k: int) -> tuple[float, float]:
-        """The centre of cell (q, k) of `head`'s tile, in the tiles widget's pixels."""
-        r, T = self.tile_rects[head], self.tile_T
-        return r.left() + (k + 0.5) * r.width() / T, r.top() + (q + 0.5) * r.height() / T
-
-    def _tile_readout(self, x: float, y: float) -> str | None:
-        c = self.jobs.comparison
-        for hd, r in enumerate(self.tile_rects):
-            if r.contains(x, y):
-                T = self.tile_T
-                q, k = int((y - r.top()) / r.height() * T), int((x - r.left()) / r.width() * T)
-                layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
-                lab = c.result.labels  # (the cell as shown: under Hide first token renormalised)
-                return (f"{head_title(layer, hd)}  {quoted(lab[q])} \u2192 {quoted(lab[k])}: "
-                        f"{GC.cell_numbers(c, layer, hd, q, k, self.state.hide_first)}")
-        return None
+        """The centre of the pixels showing cell (q, k) of `head`'s tile: compare_tiles.tile_cell."""
+        return compare_tiles.tile_cell(self, head, q, k)
 
     def _paint_map(self, p: QPainter, w: int, h: int) -> None:
         d = self.doc()
@@ -415,7 +398,7 @@ class ComparePanel(QWidget):
     def head_map(self) -> headmap.HeadMap:
         a = self.state.model
         return F.jsd_map(self.doc()["heads_jsd"], a.name, self.jobs.identity["name"], a.kv_group,
-                         focus=self.state.focus)
+                         focus=self.state.focus, note=F.EVERY_KEY if self.state.hide_first else "")
 
     def _on_map_click(self, x: float, y: float) -> None:
         if self.map_layout is None:
@@ -444,9 +427,9 @@ class ComparePanel(QWidget):
             return
         l, hd = focus
         lim = self._focus_limit(c, l, hd)
-        rgbs = [self.layer_pictures(l, mode, [hd], lim)[0][0] for mode in ("A", "B", "A-B")]
         bar_w = bar_room(FOCUS_BAR_W, lim, 0)
         rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), 3, min_side=self._title_side(c))
+        rgbs = [self.layer_pictures(l, mode, [hd], lim, rects[0].width())[0][0] for mode in ("A", "B", "A-B")]
         titles = [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}", f"A \u2212 B {head_title(l, hd)}"]
         self.focus_titles, self.focus_rects = F.paint_tiles(p, rgbs, rects, titles, INK), rects
         F.paint_colour_bar(p, QRectF(w - bar_w, 24, 14, h - 60), lim, "A \u2212 B", INK)

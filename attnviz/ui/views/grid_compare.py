@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
 
-from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows, pooled_undefined
+from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows, pooled_undefined, signed_pool
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
@@ -148,18 +148,6 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
     blank = a.undefined_rows(layer, 0, a.n_tok) | b.undefined_rows(layer, 0, b.n_tok)
     d[blank] = 0
     return d, blank
-
-
-def signed_pool(d: np.ndarray, pool: int) -> np.ndarray:  # [..., T, T] -> [..., ceil(T/p), ceil(T/p)]
-    """Each pool x pool block's value of largest size, its sign kept."""
-    T = d.shape[-1]
-    n = -(-T // pool)
-    padded = np.zeros((*d.shape[:-2], n * pool, n * pool), d.dtype)
-    padded[..., :T, :T] = d
-    blocks = padded.reshape(*d.shape[:-2], n, pool, n, pool)
-    blocks = np.moveaxis(blocks, -3, -2).reshape(*d.shape[:-2], n, n, pool * pool)
-    pick = np.abs(blocks).argmax(axis=-1)[..., None]
-    return np.take_along_axis(blocks, pick, axis=-1)[..., 0]
 
 
 def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_first: bool = False) -> str:
