@@ -59,6 +59,54 @@ def toy_compared_with_checkpoint(qtbot, settings_path, text):
     w.worker.wait_idle()
 
 
+def toy_compared_with_itself(qtbot, settings_path, text):
+    """toy_window compared with the toy decoder itself loaded again (Compare's B: every A − B is
+    0), the comparison of `text` in; a generator for a fixture: the window, then Compare closed."""
+    from attnviz.ui.machinery.compare_jobs import BSource
+    from attnviz.ui.panels.compare_menu import open_compare
+
+    w = toy_window(qtbot, settings_path, text)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text
+                    and jobs.comparison.doc is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    yield w
+    jobs.close()
+    w.worker.wait_idle()
+
+
+def compare_tiles_image(qtbot, panel, mode):
+    """The Compare panel's tiles in `mode` ("A", "B", "A-B") as painted -> (image, device pixel
+    ratio), once its tiles are titled for that mode."""
+    from attnviz.ui.machinery.compare_jobs import MODE_TITLES
+
+    panel.jobs.set_mode(mode)
+    qtbot.waitUntil(lambda: panel.tile_rects != [] and panel.tile_titles[0].startswith(MODE_TITLES[mode] + " "),
+                    timeout=WAIT)
+    drain_events()
+    image = panel.tiles.grab().toImage()
+    return image, image.devicePixelRatio()
+
+
+def grid_pixel(g, x: float, y: float) -> tuple[int, int, int]:
+    """The grid's painted colour at image point (x, y) of its mosaic."""
+    from PySide6.QtCore import QPointF
+
+    p = g.gw.mapFromScene(g.img.mapToScene(QPointF(x, y)))
+    c = g.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
+    return c.red(), c.green(), c.blue()
+
+
+def hover_grid(qtbot, g, x: float, y: float) -> str:
+    """The grid's tooltip with the pointer at image point (x, y) of its mosaic."""
+    from PySide6.QtCore import QPointF
+
+    at = g.vb.mapSceneToView(g.img.mapToScene(QPointF(x, y)))
+    hover_plot(qtbot, g.vb, g.gw, at.x(), at.y())
+    return g.gw.toolTip()
+
+
 def raised_titles(w) -> list[str]:
     """The raised tab's name in each tab bar of the window's docks on screen (Qt hides the bars it
     keeps unused)."""

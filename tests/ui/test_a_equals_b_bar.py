@@ -8,9 +8,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QColor, QImage, QPainter
 
 from attnviz.figures import compare as F
-from attnviz.ui.machinery.compare_jobs import BSource
-from attnviz.ui.panels.compare_menu import open_compare
-from windows import TOY, axis_labels, drain_events, toy_window
+from windows import axis_labels, drain_events, toy_compared_with_itself
 
 WAIT = 30000
 TEXT = "the cat sat on the mat and the cat"
@@ -18,15 +16,7 @@ TEXT = "the cat sat on the mat and the cat"
 
 @pytest.fixture
 def itself(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("model", TOY))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
-                    and jobs.comparison.doc is not None, timeout=WAIT)
-    w.worker.wait_idle()
-    yield w
-    jobs.close()
-    w.worker.wait_idle()
+    yield from toy_compared_with_itself(qtbot, tmp_path / "s.ini", TEXT)
 
 
 def test_the_grids_a_minus_b_bar_reads_0(itself, qtbot):

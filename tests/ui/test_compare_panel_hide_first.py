@@ -1,8 +1,7 @@
 """The Compare panel under Hide first token shows A, B and A − B as the grid does: each side
 renormalised without the first key, the hidden key's column and a row with no weight left (a
 decoder's first query) blank, the grid's background, not a colour of the map (in A − B, white reads
-"A equals B"); its hover and its exported picture say the same. (The panel showed the raw weights
-whatever the option, though its sidecar records it.)"""
+"A equals B"); its hover and its exported picture say the same, as its sidecar records."""
 
 import json
 
@@ -13,9 +12,7 @@ from PySide6.QtGui import QColor, QImage
 from attnviz.figures import compare as F
 from attnviz.figures.numbers import signed
 from attnviz.figures.style import BACKGROUND
-from attnviz.ui.machinery.compare_jobs import MODE_TITLES, BSource
-from attnviz.ui.panels.compare_menu import open_compare
-from windows import TOY, WAIT, drain_events, hover, tip_shown, toy_window
+from windows import WAIT, compare_tiles_image, drain_events, hover, tip_shown, toy_compared_with_itself
 
 TEXT = "the cat sat on the mat and the cat"
 HEAD = 1
@@ -24,24 +21,11 @@ BLANK = QColor(BACKGROUND).getRgb()[:3]
 
 @pytest.fixture
 def itself(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("model", TOY))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
-                    and jobs.comparison.doc is not None, timeout=WAIT)
-    w.worker.wait_idle()
-    yield w
-    jobs.close()
-    w.worker.wait_idle()
+    yield from toy_compared_with_itself(qtbot, tmp_path / "s.ini", TEXT)
 
 
 def _painted(qtbot, panel, mode):
-    panel.jobs.set_mode(mode)
-    qtbot.waitUntil(lambda: panel.tile_rects != [] and panel.tile_titles[0].startswith(MODE_TITLES[mode] + " "),
-                    timeout=WAIT)
-    drain_events()
-    image = panel.tiles.grab().toImage()
-    dpr = image.devicePixelRatio()
+    image, dpr = compare_tiles_image(qtbot, panel, mode)
 
     def pixel(q, k):
         x, y = panel.tile_cell(HEAD, q, k)

@@ -1,10 +1,9 @@
 """A Compare panel whose tiles have fewer pixels than tokens shows each pixel the rows and keys it
 covers, as the grid pools its heads: under Hide first token every head's tile looks alike at the
 first token (a pixel over the undefined first row and the rows after it shows those rows), and
-hover names a cell of the rows the pixel shows. (The T x T pictures were scaled down by picking
-one row per pixel at fractional positions: the blank first row and the hidden first column showed
-on some heads' tiles and not on others, and hover read query 0, "undefined", over a pixel that
-showed row 1.)"""
+hover names a cell of the rows the pixel shows (one row picked per pixel at fractional
+positions would show the blank first row and the hidden first column on some heads' tiles and not
+on others)."""
 
 import math
 
@@ -14,9 +13,8 @@ from PySide6.QtGui import QColor
 
 from attnviz.figures import compare as F
 from attnviz.figures.style import BACKGROUND
-from attnviz.ui.machinery.compare_jobs import MODE_TITLES
 from attnviz.ui.views import grid_compare as GC
-from windows import WAIT, drain_events, hover, tip_shown, toy_compared_with_checkpoint
+from windows import WAIT, compare_tiles_image, hover, tip_shown, toy_compared_with_checkpoint
 
 TEXT = "def add(a, b):\n    return a + b\n\n" * 12  # 128 tokens
 BLANK = tuple(QColor(BACKGROUND).getRgb()[:3])
@@ -30,12 +28,7 @@ def compared(qtbot, tmp_path):
 
 def _tiles(qtbot, w, mode):
     panel = w.compare_panel
-    panel.jobs.set_mode(mode)
-    qtbot.waitUntil(lambda: panel.tile_rects != [] and panel.tile_titles[0].startswith(MODE_TITLES[mode] + " "),
-                    timeout=WAIT)
-    drain_events()
-    image = panel.tiles.grab().toImage()
-    dpr = image.devicePixelRatio()
+    image, dpr = compare_tiles_image(qtbot, panel, mode)
 
     def pixel(x, y):
         return tuple(image.pixelColor(int(x * dpr), int(y * dpr)).getRgb()[:3])

@@ -4,25 +4,12 @@ number to pool) and is blank only where every row of it is undefined; its hover 
 of a defined row of the block, as the colour does. (Over a block of zeros that held a decoder's
 undefined first row, the hover said "undefined" while the pixel was coloured as 0.)"""
 
-from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 
 from attnviz.figures.style import BACKGROUND
-from windows import TOY, WAIT, drain_events, hover_plot, open_window
+from windows import TOY, WAIT, drain_events, grid_pixel, hover_grid, open_window
 
 TEXT = "the cat sat on a mat. " * 12  # 122 tokens of the toy decoder
-
-
-def _grid_pixel(g, x: float, y: float) -> tuple[int, int, int]:
-    p = g.gw.mapFromScene(g.img.mapToScene(QPointF(x, y)))
-    c = g.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
-    return c.red(), c.green(), c.blue()
-
-
-def _hover_grid(qtbot, g, x: float, y: float) -> str:
-    at = g.vb.mapSceneToView(g.img.mapToScene(QPointF(x, y)))
-    hover_plot(qtbot, g.vb, g.gw, at.x(), at.y())
-    return g.gw.toolTip()
 
 
 def test_a_pooled_pixel_over_the_undefined_first_row_reads_its_defined_rows(qtbot, tmp_path):
@@ -42,8 +29,8 @@ def test_a_pooled_pixel_over_the_undefined_first_row_reads_its_defined_rows(qtbo
     # the first pooled row: query rows 0 (undefined) .. pool - 1 (defined); its last pixel holds
     # keys after them all (causal: every weight 0), the colour of 0, not blank
     x, y = x0 + lo.T - 0.5, y0 + 0.5
-    assert _grid_pixel(g, x, y) != blank
-    assert _grid_pixel(g, x, y) == _grid_pixel(g, x0 + lo.T - 0.5, y0 + 1.5)  # (0 there too)
-    tip = _hover_grid(qtbot, g, x, y)
+    assert grid_pixel(g, x, y) != blank
+    assert grid_pixel(g, x, y) == grid_pixel(g, x0 + lo.T - 0.5, y0 + 1.5)  # (0 there too)
+    tip = hover_grid(qtbot, g, x, y)
     assert "undefined" not in tip and "  0.00" in tip, tip
     w.worker.wait_idle()

@@ -6,28 +6,15 @@ undefined rather than reading 0.00; an encoder's first row keeps its other keys 
 
 from PySide6.QtCore import QPointF
 
-from windows import TOY, WAIT, drain_events, hover_plot, open_window
+from windows import TOY, WAIT, drain_events, grid_pixel, hover_grid, hover_plot, open_window
 
 TEXT = "abcabcab"
-
-
-def _grid_pixel(g, x: float, y: float) -> tuple[int, int, int]:
-    """The colour painted at mosaic pixel (x, y) (image coordinates) of the heads grid."""
-    p = g.gw.mapFromScene(g.img.mapToScene(QPointF(x, y)))
-    c = g.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
-    return c.red(), c.green(), c.blue()
 
 
 def _focus_pixel(f, k: float, q: float) -> tuple[int, int, int]:
     p = f.gw.mapFromScene(f.vb.mapViewToScene(QPointF(k, q)))
     c = f.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
     return c.red(), c.green(), c.blue()
-
-
-def _hover_grid(qtbot, g, x: float, y: float) -> str:
-    at = g.vb.mapSceneToView(g.img.mapToScene(QPointF(x, y)))
-    hover_plot(qtbot, g.vb, g.gw, at.x(), at.y())
-    return g.gw.toolTip()
 
 
 def test_a_decoders_first_row_is_blank_and_undefined(qtbot, tmp_path):
@@ -43,12 +30,12 @@ def test_a_decoders_first_row_is_blank_and_undefined(qtbot, tmp_path):
     lo = g.layout_
     assert lo.pool == 1 and lo.T == T
     x0, y0 = int(lo.x0[1]), int(lo.y0[1])  # L0 H1's tile
-    gap = _grid_pixel(g, x0 + 0.5, y0 + 1.5)  # the hidden key's column: the background
-    assert all(_grid_pixel(g, x0 + k + 0.5, y0 + 0.5) == gap for k in range(1, T))
-    assert _grid_pixel(g, x0 + 1.5, y0 + 1.5) != gap  # the second row's first shown key: coloured
-    tip = _hover_grid(qtbot, g, x0 + 2.5, y0 + 0.5)
+    gap = grid_pixel(g, x0 + 0.5, y0 + 1.5)  # the hidden key's column: the background
+    assert all(grid_pixel(g, x0 + k + 0.5, y0 + 0.5) == gap for k in range(1, T))
+    assert grid_pixel(g, x0 + 1.5, y0 + 1.5) != gap  # the second row's first shown key: coloured
+    tip = hover_grid(qtbot, g, x0 + 2.5, y0 + 0.5)
     assert "undefined: no weight left once the first key is hidden" in tip and "0.00" not in tip, tip
-    tip = _hover_grid(qtbot, g, x0 + 1.5, y0 + 1.5)
+    tip = hover_grid(qtbot, g, x0 + 1.5, y0 + 1.5)
     assert f"  {float(st.shown().weight(0, 1, 1, 1)):.2f}" in tip and "undefined" not in tip, tip
 
     def focus_painted() -> bool:
@@ -72,8 +59,8 @@ def test_an_encoders_first_row_keeps_its_colours(qtbot, tmp_path):
     drain_events()
     lo = g.layout_
     x0, y0 = int(lo.x0[0]), int(lo.y0[0])
-    gap = _grid_pixel(g, x0 + 0.5, y0 + 0.5)
+    gap = grid_pixel(g, x0 + 0.5, y0 + 0.5)
     assert lo.pool == 1
-    assert all(_grid_pixel(g, x0 + k + 0.5, y0 + 0.5) != gap for k in range(1, lo.T))
-    assert "undefined" not in _hover_grid(qtbot, g, x0 + 1.5, y0 + 0.5)
+    assert all(grid_pixel(g, x0 + k + 0.5, y0 + 0.5) != gap for k in range(1, lo.T))
+    assert "undefined" not in hover_grid(qtbot, g, x0 + 1.5, y0 + 0.5)
     w.worker.wait_idle()
