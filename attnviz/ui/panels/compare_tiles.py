@@ -52,15 +52,8 @@ def tile_readout(panel, x: float, y: float) -> str | None:
         layer = min(panel.state.layer, c.b_attentions.shape[0] - 1)
         q, k = int(blocks[i]) * p, int(blocks[j]) * p
         if p > 1:  # (a pooled pixel: the cell it shows, as the grid's hover names it)
-            a, b = panel.sides(c)
-            if panel.jobs.mode == "A-B":  # (the block's rows alone: GC.difference's, of one head)
-                rows = (layer, q, min(T, q + p), [hd])
-                d = a.rows(*rows)[0] - b.rows(*rows)[0]
-                blank = a.undefined_rows(*rows)[0] | b.undefined_rows(*rows)[0]
-                dq, k = F.shown_cell(d, blank, a.hide_first, 0, k, p, True)
-                q += dq
-            else:
-                q, k = (a if panel.jobs.mode == "A" else b).strongest_in_block(layer, hd, q, k, p)
+            cell = GC.pooled_cell(panel.jobs, c.result, layer, hd, q, k, p, panel.state.hide_first)
+            q, k = cell or panel.sides(c)[0].strongest_in_block(layer, hd, q, k, p)
         lab = c.result.labels  # (the cell as shown: under Hide first token renormalised)
         return (f"{head_title(layer, hd)}  {quoted(lab[q])} \u2192 {quoted(lab[k])}: "
                 f"{GC.cell_numbers(c, layer, hd, q, k, panel.state.hide_first)}")

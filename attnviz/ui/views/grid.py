@@ -403,11 +403,10 @@ class HeatmapGrid(QWidget):
         q, k = int(y - lo.y0[i]), int(x - lo.x0[i])
         if lo.pool == 1:
             return layer, head, q, k
-        # a pooled pixel: the cell whose weight it shows (the block's largest)
-        p = lo.pool
-        shown = (self.state.shown_preview() if self.drawn is not self.state.result else None) \
-            or self.state.shown()  # what is on screen
-        return (layer, head, *shown.strongest_in_block(layer, head, q * p, k * p, p))
+        p = lo.pool  # a pooled pixel: the cell whose value it shows (B's, A − B's or the block's largest)
+        shown = (self.state.shown_preview() if self.drawn is not self.state.result else None) or self.state.shown()
+        cmp = self.compare and GC.pooled_cell(self.compare, self.drawn, layer, head, q * p, k * p, p, shown.hide_first)
+        return (layer, head, *(cmp or shown.strongest_in_block(layer, head, q * p, k * p, p)))
 
     def cell_center(self, layer: int, head: int, q: int, k: int) -> tuple[float, float]:
         """View point (x, y) at the centre of one cell (tests use it to aim the mouse)."""

@@ -14,6 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows, pooled_undefined, signed_pool
+from attnviz.figures.compare import shown_cell
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
@@ -136,6 +137,25 @@ def sides(c, hide: bool) -> tuple[Shown, Shown]:
     `hide` (Hide first token)."""
     return (Shown(SimpleNamespace(attentions=c.a_attentions), hide, False),
             Shown(SimpleNamespace(attentions=c.b_attentions), hide, False))
+
+
+def pooled_cell(jobs, result, layer: int, head: int, q0: int, k0: int, p: int,
+                hide: bool) -> tuple[int, int] | None:
+    """(q, k) of the cell a pixel pooling rows q0.. and keys k0.. (p of each) shows in mode B (B's
+    largest weight) or A − B (the difference of largest size in a defined row: signed_pool's pick),
+    in the grid and the Compare panel's tiles alike; None in mode A (the view's own block max)."""
+    mode = compared_mode(jobs)
+    c = jobs.comparison if mode != "A" else None
+    if c is None or c.result is not result:
+        return None
+    a, b = sides(c, hide)
+    if mode == "B":
+        return b.strongest_in_block(layer, head, q0, k0, p)
+    rows = (layer, q0, min(a.n_tok, q0 + p), [head])  # (the block's rows of the one head)
+    d = a.rows(*rows)[0] - b.rows(*rows)[0]
+    blank = a.undefined_rows(*rows)[0] | b.undefined_rows(*rows)[0]
+    dq, k = shown_cell(d, blank, hide, 0, k0, p, True)
+    return q0 + dq, k
 
 
 def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray | None]:
