@@ -9,6 +9,7 @@ from attnviz.engine import load_model
 from attnviz.engine.reading import textbook
 from attnviz.engine.analysing.samples import SAMPLES, SPECIFICITY_MIN, Sample, guide, sample_for_text
 from attnviz.engine.reading.token_text import plain
+from attnviz.engine.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -306,3 +307,12 @@ def test_the_textbooks_agreement_guide_names_no_head(book):
     assert g.message == ("No head singles out 'are' \u2192 'keys' here (by 0.1 over the other queries), nor "
                          "comes close (by 0.05): the most any head gives 'are' \u2192 'keys' over the other "
                          "queries' mean is +0.00."), g.message
+
+
+def test_a_find_sample_whose_words_the_model_lacks_says_so(book):
+    """The textbook decoder reads 'trophy' as <|unk|>: the Pronouns guide says the sample's pair is
+    not one token each for this model, then which tokens it has."""
+    s = next(x for x in SAMPLES if x.title == "Pronouns")
+    with pytest.raises(InputError, match=r"^This sample looks for 'it' \u2192 'trophy', words this model does not "
+                                         r"read as one token each here: token 'trophy' is not in the text"):
+        guide(s, book.run(s.text))

@@ -228,8 +228,11 @@ def _signed(x: float, bar: float | None = None) -> str:
 
 def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
     frm, to = sample.find
-    # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
-    q, k = resolve_token(result, frm), resolve_token(result, to)
+    try:  # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
+        q, k = resolve_token(result, frm), resolve_token(result, to)
+    except InputError as exc:  # (the sample's words, not the user's: say whose tokens miss them)
+        raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, words this model "
+                         f"does not read as one token each here: {exc}") from None
     hits = find(result, q, k)
     frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
     gone = _off_note([(x.layer, x.head) for x in hits if (x.layer, x.head) in off
