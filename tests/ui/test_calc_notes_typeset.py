@@ -52,6 +52,8 @@ def test_gemma_3_270m_reads_not_equal_in_the_window_and_ascii_in_presets_json(ca
     ("(A - B) / 2", "(A \u2212 B) / 2"),
     ("N - 1", "N \u2212 1"),
     ("A - b", "A \u2212 b"),
+    ("(T - W) tokens past the window", "(T \u2212 W) tokens past the window"),
+    ("[Q - K]", "[Q \u2212 K]"),
 ])
 def test_a_spaced_hyphen_is_a_minus_in_a_formula_and_a_dash_between_words_or_in_a_range(note, shown):
     assert typeset(note) == shown

@@ -35,7 +35,8 @@ def _minus(before: str, left: str, right: str, after: str) -> bool:
     "d_model") and either one a name ("d - 1", "(n_head - 1)") or an operator next to them
     ("4 * 256 - 1 = 1023", "4*256 - 1"). Else an en dash: between words ("shorter - not verified",
     "Qwen2 - Qwen3"), two numbers alone, a range ("layers 5 - 10"), or two capital letters alone,
-    names of things ("an A - B test"; "A - B = C" is a formula by its "=")."""
+    names of things ("an A - B test"; "A - B = C" is a formula by its "=", "(T - W)" by its
+    brackets)."""
     a, b = re.split(f"[{_OPERATORS}]", left)[-1], re.split(f"[{_OPERATORS}]", right)[0]
     a, b = a.strip("()[],.:;"), b.strip("()[],.:;")
     if not all(_NUMBER.fullmatch(t) or _NAME.fullmatch(t) for t in (a, b)):
@@ -43,8 +44,9 @@ def _minus(before: str, left: str, right: str, after: str) -> bool:
     beside = (before[-1:] + left[:-1] + right[1:] + after[:1]).replace(".", "")
     if any(op in beside for op in _OPERATORS):
         return True
-    capitals = all(len(t) == 1 and t.isupper() for t in (a, b))
-    return bool(not capitals and (_NAME.fullmatch(a) or _NAME.fullmatch(b)))
+    if all(len(t) == 1 and t.isupper() for t in (a, b)):  # (names of things, unless bracketed)
+        return left.startswith(("(", "[")) and right.endswith((")", "]"))
+    return bool(_NAME.fullmatch(a) or _NAME.fullmatch(b))
 
 
 def as_sentence(note: str) -> str:
