@@ -142,23 +142,6 @@ def signed_tile(d, undefined, first_key: bool, lim: float, side: int) -> np.ndar
                         first_key and p == 1), side)
 
 
-def shown_cell(values, undefined, first_key: bool, q0: int, k0: int, p: int,
-               signed: bool) -> tuple[int, int]:
-    """(q, k) of the cell a pixel pooling rows q0.. and keys k0.. (p of each) shows: the largest
-    weight (`signed`: the difference of largest size) in a defined row, never the hidden first key
-    (the grid's Shown.strongest_in_block). A block of undefined rows alone: its first cell."""
-    if p <= 1:
-        return q0, k0
-    block = np.asarray(values)[q0:q0 + p, k0:k0 + p].astype(np.float64)
-    block = np.abs(block) if signed else block
-    if first_key and k0 == 0:
-        block[:, 0] = -1
-    if undefined is not None:
-        block[np.asarray(undefined, dtype=bool)[q0:q0 + p]] = -1
-    dq, dk = np.unravel_index(int(block.argmax()), block.shape)
-    return q0 + int(dq), k0 + int(dk)
-
-
 def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0,
                min_side: float = 0.0) -> list[QRectF]:
     """n square tiles in rows filling `rect`, each with room for a title above it: the largest

@@ -14,7 +14,6 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows, pooled_undefined, signed_pool
-from attnviz.figures.compare import shown_cell
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
@@ -152,10 +151,12 @@ def pooled_cell(jobs, result, layer: int, head: int, q0: int, k0: int, p: int,
     if mode == "B":
         return b.strongest_in_block(layer, head, q0, k0, p)
     rows = (layer, q0, min(a.n_tok, q0 + p), [head])  # (the block's rows of the one head)
-    d = a.rows(*rows)[0] - b.rows(*rows)[0]
-    blank = a.undefined_rows(*rows)[0] | b.undefined_rows(*rows)[0]
-    dq, k = shown_cell(d, blank, hide, 0, k0, p, True)
-    return q0 + dq, k
+    size = np.abs(a.rows(*rows)[0] - b.rows(*rows)[0])[:, k0:k0 + p].astype(np.float64)
+    size[a.undefined_rows(*rows)[0] | b.undefined_rows(*rows)[0]] = -1  # (never an undefined row
+    if hide and k0 == 0:  # or the hidden key)
+        size[:, 0] = -1
+    dq, dk = np.unravel_index(int(size.argmax()), size.shape)
+    return q0 + int(dq), k0 + int(dk)
 
 
 def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray | None]:
