@@ -184,7 +184,6 @@ class ComparePanel(QWidget):
         self.strip_cells: list[QRectF] = []
         self._strip_fitted = (_dead, 0, 0.0)  # (result, width, height) the strip's rows last needed
         self._limits = (_dead, {})  # (comparison, {layer or (layer, head): its A − B colour limit})
-        self._sides = (_dead, False, None)  # (comparison, hide first, its sides as shown)
         self.map_layout = None
         self._later = QTimer(self)
         self._later.setSingleShot(True)
@@ -199,8 +198,6 @@ class ComparePanel(QWidget):
     # --- state -> widgets ---------------------------------------------------------------------
     def refresh(self) -> None:
         j, a = self.jobs, self.state.model
-        if self._sides[0]() is not j.comparison:  # (no weights of a comparison gone are kept)
-            self._sides = (_dead, False, None)
         if j.identity is not None and a is not None:
             self.title.setText(f"A: {a.name}   B: {j.identity['name']}")
         else:
@@ -285,14 +282,9 @@ class ComparePanel(QWidget):
 
     # --- the pictures ---------------------------------------------------------------------------
     def sides(self, c) -> tuple:
-        """A's and B's weights of comparison `c` as shown (grid_compare.sides): under Hide first
-        token renormalised, as the grid shows them. Kept for the comparison on screen alone."""
-        hide = self.state.hide_first
-        of, was, pair = self._sides
-        if of() is not c or was != hide:
-            pair = GC.sides(c, hide)
-            self._sides = (weakref.ref(c), hide, pair)
-        return pair
+        """A's and B's weights of comparison `c` as shown (grid_compare.sides, which keeps them):
+        under Hide first token renormalised, as the grid shows them."""
+        return GC.sides(c, self.state.hide_first)
 
     def layer_pictures(self, layer: int, mode: str | None = None, heads=None, lim: float | None = None,
                        side: int | None = None):

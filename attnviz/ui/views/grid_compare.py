@@ -6,6 +6,7 @@ about to: B's run on the same ids."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -130,12 +131,25 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     return Compared(d, lim, b, blank)
 
 
+_SIDES: list = [None]  # [(weakref to a comparison, hide, its sides)]: the comparison on screen's
+
+
 def sides(c, hide: bool) -> tuple[Shown, Shown]:
     """A's and B's weights in comparison `c` as the grid and the Compare panel show them: each
     side's clean run, not value-weighted, the first key hidden and the rows renormalised where
-    `hide` (Hide first token)."""
-    return (Shown(SimpleNamespace(attentions=c.a_attentions), hide, False),
+    `hide` (Hide first token). Kept for the last comparison asked about while it lives: each
+    side renormalises every layer once, not at each repaint and hover of the grid and the panel."""
+    held = _SIDES[0]
+    if held is not None and held[0]() is c and held[1] == hide:
+        return held[2]
+    pair = (Shown(SimpleNamespace(attentions=c.a_attentions), hide, False),
             Shown(SimpleNamespace(attentions=c.b_attentions), hide, False))
+
+    def gone(ref):  # (a comparison closed: its weights are not kept for it)
+        if _SIDES[0] is not None and _SIDES[0][0] is ref:
+            _SIDES[0] = None
+    _SIDES[0] = (weakref.ref(c, gone), hide, pair)
+    return pair
 
 
 def pooled_cell(jobs, result, layer: int, head: int, q0: int, k0: int, p: int,
