@@ -126,14 +126,14 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
                      f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
                      f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
                      + _relabelled(cleared, scores, role) + ("." if gone else "") + gone)
-    looked = " or ".join(_head_kind(r) for r in sample.roles)
+    looked = " or ".join(HEAD_KINDS[r] for r in sample.roles)
     role, cleared, more = _first_cleared(scores, sample.closest, off)
     gone += more
     if cleared:
         l, h, s = cleared[0]
         return Guide(l, h, False, f"No {looked} head on this sample"
                      f"{', of the heads still on' if off else ''}; the closest: "
-                     f"{head_title(l, h)}, {_a(_head_kind(role))} head (strength {s:.2f}, score "
+                     f"{head_title(l, h)}, {_a(HEAD_KINDS[role])} head (strength {s:.2f}, score "
                      f"{scores.scores[role][l, h]:.2f}, chance {scores.chance[role][l, h]:.2f})."
                      + gone)
     first = sample.roles[0]
@@ -184,10 +184,6 @@ def _off_note(heads: list, what: str) -> str:
 # each role as the words before "head": "an induction head", "a first-token sink head"
 HEAD_KINDS = {"previous": "previous-token", "next": "next-token", "self": "self (current-token)",
               "sink": "first-token sink", "duplicate": "duplicate-token", "induction": "induction"}
-
-
-def _head_kind(role: str) -> str:
-    return HEAD_KINDS[role]
 
 
 def _a(word: str) -> str:
