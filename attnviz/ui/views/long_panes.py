@@ -12,13 +12,12 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
-from attnviz.figures.long_picture import colour_table
+from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
 from attnviz.ui.views.mosaic import UNDEFINED
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
 DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
-REDUCE_NAMES = {"max": "block max", "mean": "block mean"}
 
 
 def indexed_image(idx: np.ndarray, table: list[int]) -> QImage:
@@ -122,7 +121,7 @@ class _PatternArea(QWidget):
             size = ov.block_text()
             text += (f"   (cell of up to {size}: undefined, no row of it has weight left)"
                      if ov.blank is not None and ov.blank[i, cy] else
-                     f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to {size})")
+                     f"   (cell: {REDUCE_WORDS[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to {size})")
         return text
 
     def overview_of(self, h: int):

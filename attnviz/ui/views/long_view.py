@@ -24,12 +24,13 @@ from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import (
-    HIDDEN_WORDS, Layout, LongPicture, cells_text, options_text, scale_span, write_long_picture,
+    HIDDEN_WORDS, REDUCE_WORDS, Layout, LongPicture, cells_text, options_text, scale_span,
+    write_long_picture,
 )
 from attnviz.figures.overview import tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.fields import plain_label
-from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
+from attnviz.ui.views.long_panes import HeadTiles, PatternPane
 
 STRIP_MAX = 64  # keys the token strip lists
 SCALE_TIP = "The colour scale of the large pane: from its lowest colour to its top, the largest cell shown"
@@ -97,7 +98,7 @@ class LongView(QWidget):
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reduce_combo = QComboBox()
         for r in REDUCES:
-            self.reduce_combo.addItem(REDUCE_NAMES[r], r)
+            self.reduce_combo.addItem(REDUCE_WORDS[r], r)
         self.reduce_combo.setToolTip("What each pixel of the overview shows of its block of weights")
         self.log_check = QCheckBox("Log colours")
         self.log_check.setToolTip("Colours on a log scale over 4 decades below the top: long-range "
