@@ -73,15 +73,21 @@ def compare_note(r) -> str:
         return ""
     i = r.inputs
     T, w, b = f"{i.seq_len:,}", f"{i.sliding_window:,}", i.batch
-    if split[0]:
-        total = f"full layers' per token × {T} + window layers' × {w}"
-        one = split[1] == 1
-        why = (f"the {plural(split[1], 'window layer')} keep{'s' * one} only {'its' if one else 'their'} "
-               f"last {tokens(i.sliding_window)}")
-    else:
-        total, why = f"per token × {w}", f"every layer keeps only its last {tokens(i.sliding_window)}"
+    total = f"full layers' per token × {T} + window layers' × {w}" if split[0] else f"per token × {w}"
+    why = window_keep(*split, i.sliding_window, "only ")
     total = f"({total}) × batch {b:,}" if b > 1 and split[0] else f"{total} × batch {b:,}" if b > 1 else total
     return f"Past the {w}-token window: at {T} tokens = {total} ({why})."
+
+
+def window_keep(n_full: int, n_win: int, window: int, only: str = "") -> str:
+    """Which layers keep how many tokens past a sliding window, as the Calculator's lines say it:
+    "the 21 window layers keep their last 4,096 tokens", "the 1 window layer keeps its last 512
+    tokens", "every layer keeps its last 1 token" (none full); `only` ("only ") after the verb."""
+    if not n_full:
+        return f"every layer keeps {only}its last {tokens(window)}"
+    one = n_win == 1
+    return (f"the {plural(n_win, 'window layer')} keep{'s' * one} {only}{'its' if one else 'their'} "
+            f"last {tokens(window)}")
 
 
 def per_token_header(r) -> str:

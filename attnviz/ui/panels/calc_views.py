@@ -19,6 +19,7 @@ from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
     kv_cache_needed, latent_readers, per_token_header, plural, shown_variants, tokens,
 )
+from attnviz.engine.calc.format import window_keep, window_split
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.inputs import CalcInputs, resolve
 from attnviz.engine.errors import CalcError
@@ -324,21 +325,18 @@ def kv_text(r: CalcResult) -> str:
     """The KV cache per token per layer, per token, and at seq_len × batch (rich text); past a
     sliding window, the total as the full and the window layers make it, so that it multiplies out."""
     i, f = r.inputs, r.formulas
-    T, w, n_win = i.seq_len, i.sliding_window, r.window_layer_count
+    T, w, split = i.seq_len, i.sliding_window, window_split(r)
     per = f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>"
     total = f"{tokens(T)} × batch {i.batch:,}: <b>{exact_bytes(r.kv_bytes_total)}</b>"
-    if w and n_win and T > w:
-        layer, n_full = r.kv_bytes_per_token_per_layer, i.n_layer - n_win
+    if split is not None:
+        (n_full, n_win), layer = split, r.kv_bytes_per_token_per_layer
         parts = [f"{layer * n_win:,} bytes × {w:,}"]
         if n_full:
             per += (f" = {layer * n_full:,} bytes on the {plural(n_full, 'full layer')} + {layer * n_win:,} "
                     f"on the {plural(n_win, 'window layer')}")
             parts.insert(0, f"{layer * n_full:,} bytes × {T:,}")
         sum_ = " + ".join(parts)
-        one = n_win == 1
-        who = (f"the {plural(n_win, 'window layer')} keep{'s' * one} {'its' if one else 'their'}" if n_full
-               else "every layer keeps its")
-        total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + f" ({who} last {tokens(w)})"
+        total += (f" = ({sum_}) × batch {i.batch:,}" if i.batch > 1 else f" = {sum_}") + f" ({window_keep(*split, w)})"
     return "<br>".join([f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
                         f"{html.escape(f['kv_bytes_per_token_per_layer'])}", per, total])
 
