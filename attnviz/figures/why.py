@@ -23,7 +23,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.qk import QKAttribution
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.numbers import signed
@@ -107,7 +107,7 @@ def _rest(rows: list[Row], total: float, n_all: int, what: str) -> list[Row]:
     if len(rows) == n_all:
         return []
     rest = total - sum(r.value for r in rows)
-    return [Row(f"the other {n_all - len(rows)} {what}", rest, _share(rest, total), ())]
+    return [Row(f"the other {plural(n_all - len(rows), what)}", rest, _share(rest, total), ())]
 
 
 def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Section]:
@@ -117,13 +117,13 @@ def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Sectio
     names = a.components
     top = [Row(f"{shown(q)} · {shown(k)}", v, _share(v, total), (q, k)) for q, k, v in a.top(pairs)]
     out = [Section("Largest pairs: query-side component · key-side component",
-                   tuple(top + _rest(top, total, a.table.size, "pairs")))]
+                   tuple(top + _rest(top, total, a.table.size, "pair")))]
     for title, values in (("Query side: each part at the query, times the whole key", a.query_side),
                           ("Key side: each part at the key, times the whole query", a.key_side)):
         order = sorted(range(len(names)), key=lambda i: -abs(float(values[i])))[:side]
         rows = [Row(shown(names[i]), float(values[i]), _share(float(values[i]), total), (names[i],))
                 for i in order]
-        out.append(Section(title, tuple(rows + _rest(rows, total, len(names), "components"))))
+        out.append(Section(title, tuple(rows + _rest(rows, total, len(names), "component"))))
     return out
 
 

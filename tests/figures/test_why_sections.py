@@ -8,6 +8,7 @@ import pytest
 from attnviz.engine import load_model
 from attnviz.engine.analysing import qk as Q
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.token_text import plural
 from attnviz.figures import why
 from tiny import FIXTURES
 
@@ -30,7 +31,7 @@ def _lists(model, layer, head, q, k):
 
 def _check(a, secs):
     n = len(a.components)
-    for sec, n_all, what in zip(secs, (n * n, n, n), ("pairs", "components", "components")):
+    for sec, n_all, what in zip(secs, (n * n, n, n), ("pair", "component", "component")):
         values = [r.value for r in sec.rows]
         assert sum(values) == pytest.approx(a.total(), abs=1e-9 * np.abs(a.table).sum())
         assert sum(r.share for r in sec.rows) == pytest.approx(1.0, abs=1e-9)
@@ -39,8 +40,14 @@ def _check(a, secs):
         if len(named) == n_all:  # every part is a row: nothing is left out, no rest row
             assert rest == []
         else:
-            assert [r.label for r in rest] == [f"the other {n_all - len(named)} {what}"]
+            assert [r.label for r in rest] == [f"the other {plural(n_all - len(named), what)}"]
             assert sec.rows[-1] is rest[0]
+
+
+@pytest.mark.parametrize("left, label", [(1, "the other 1 pair"), (33116, "the other 33,116 pairs")])
+def test_the_rest_row_counts_what_it_leaves_out_in_words(left, label):
+    shown = [why.Row("L0 H0 · L0 H1", 2.0, 0.5, ())]
+    assert [r.label for r in why._rest(shown, 4.0, left + 1, "pair")] == [label]
 
 
 @pytest.mark.parametrize("layer", [0, 1])
