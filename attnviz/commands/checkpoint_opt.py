@@ -28,8 +28,9 @@ def memory_budget(text: str) -> int | None:
 
 
 MEMORY_BUDGET_HELP = ("float32 layers to keep expanded, e.g. 2G, 512M (K, M, G: powers of 1024), or "
-                      "auto (default: the memory available, less 1 GiB); a bigger model expands the "
-                      "others from its file as they run. The results are the same")
+                      "auto (default: the memory available, less 1 GiB and what the model needs "
+                      "besides its layers); a bigger model expands the others from its file as "
+                      "they run. The results are the same")
 
 
 def add_memory_budget(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:

@@ -169,7 +169,8 @@ def ask_memory_budget(w) -> None:
     now = (model.memory if model is not None else None) or "no model loaded"
     text, ok = QInputDialog.getText(
         w, "Memory budget", "Float32 layers to keep expanded: a size such as 2G or 512M, or auto "
-        f"(the memory available, less 1 GiB). The results are the same.\nNow: {now}",
+        "(the memory available, less 1 GiB and what the model needs besides its layers). The "
+        f"results are the same.\nNow: {now}",
         text=budget_to_offer(w.settings, model))
     if not ok:
         return

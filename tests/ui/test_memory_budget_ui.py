@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from attnviz.engine import load_model
 from attnviz.engine.reading import memory_budget as MB
-from windows import wait_for_text
+from windows import WAIT, wait_for_text
 
 
 def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
@@ -37,3 +37,21 @@ def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
         assert MB.chosen_budget() == 8 << 20 and model.weights.layers.budget == 8 << 20
     finally:
         MB.set_memory_budget(None)
+
+
+def test_the_dialog_shows_the_w_o_grams_the_model_keeps(window, qtbot, monkeypatch):
+    """The dialog's Now line: the layers, and once Value-weighted has run, each layer's per-head
+    W_O Grams the model keeps, with their bytes; auto is said to leave out what the model needs
+    besides its layers."""
+    w, asked = window, []
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: asked.append(a[2]) or ("", False))
+    model = w.state.model
+    w.menus.memory_budget_action.trigger()
+    assert "Grams" not in asked[0] and f"Now: {model.weights.layers.describe()}" in asked[0]
+    assert "less 1 GiB and what the model needs besides its layers" in asked[0]
+    w.state.set_value_weighted(True)
+    qtbot.waitUntil(lambda: w.state.result.value_norms is not None, timeout=WAIT)
+    w.menus.memory_budget_action.trigger()
+    c = model.config
+    assert asked[1].endswith(f"Now: {model.weights.layers.describe()}; per-head W_O Grams kept for "
+                             f"{c.n_layer} of {c.n_layer} layers ({MB.format_bytes(MB.grams_bytes(c))})")

@@ -147,15 +147,16 @@ def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
 
 def budget_left(a) -> int | None:
     """What a chosen memory budget (--memory-budget, the window's setting) leaves for a second model
-    beside `a`: the budget less a's layers held now, the float32 ones and the packed views of a
-    model held in its file's blocks (kernels on). None: no budget was chosen, and the second model
-    sizes its own from the memory available, which a's layers already use."""
+    beside `a`: the budget less what a holds now, its float32 layers, the packed views of a model
+    held in its file's blocks (kernels on) and its W_O Grams (Model.output_grams). None: no budget
+    was chosen, and the second model sizes its own from the memory available, which a's layers and
+    Grams already use."""
     chosen = MB.chosen_budget()
     if chosen is None:
         return None
     store = a.weights.layers
     held = getattr(store, "held_bytes", lambda: 0)() + getattr(store, "view_bytes", lambda: 0)()
-    return chosen - held
+    return chosen - held - a.grams_held()
 
 
 def load_second(load: Callable[[int | None], object], a, what: str):
@@ -163,10 +164,10 @@ def load_second(load: Callable[[int | None], object], a, what: str):
     Any refusal (the file does not open, the budget holds none of B's layers) comes back as one
     line naming `what` B is and, under a chosen budget, the numbers."""
     left = budget_left(a)
+    held = f"{a.name}'s layers" + (" and W_O Grams" if a.grams_held() else "")  # (what budget_left counts)
     if left is not None and left <= 0:
         raise InputError(f"{what}: the memory budget of {MB.format_bytes(MB.chosen_budget())} is "
-                         f"all held by {a.name}'s layers; give a larger --memory-budget "
-                         "for two models")
+                         f"all held by {held}; give a larger --memory-budget for two models")
     try:
         b = load(left)
         if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
@@ -174,7 +175,7 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         return b
     except AttnvizError as exc:
         room = "" if left is None else (f" ({MB.format_bytes(left)} of the {MB.format_bytes(MB.chosen_budget())} "
-                                        f"memory budget left beside {a.name}'s layers)")
+                                        f"memory budget left beside {held})")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
         raise kind(f"{what}{room}: {exc}") from None
 

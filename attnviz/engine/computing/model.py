@@ -19,13 +19,13 @@ from attnviz.engine.computing.longdoc import check_dense, is_long
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest, kept_positions
 from attnviz.engine.computing.run_result import RunResult, kept_sizes
 from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore
-from attnviz.engine.reading.memory_budget import default_budget
+from attnviz.engine.reading.memory_budget import default_budget, format_bytes, grams_bytes
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class Model:
         layers = self.weights.layers
         if not isinstance(layers, LayerStore):
             return  # built in memory (the textbook model): nothing to expand
-        if n_bytes is None:
-            free = default_budget()
+        if n_bytes is None:  # (room left for the W_O Grams not made yet)
+            free = default_budget(grams_bytes(self.config) - self.grams_held())
             n_bytes = None if free is None else max(max(layers.sizes), free + layers.held_bytes())
         layers.set_budget(n_bytes)
         self._head = None
@@ -93,9 +93,22 @@ class Model:
 
     @property
     def memory(self) -> str | None:
-        """One line: the memory budget and the layers it keeps expanded (None: not budgeted)."""
+        """One line: the memory budget and the layers it keeps expanded, and the W_O Grams kept
+        beside them (output_grams), if any (None: not budgeted)."""
         layers = self.weights.layers
-        return layers.describe() if isinstance(layers, LayerStore) else None
+        if not isinstance(layers, LayerStore):
+            return None
+        held = self._grams
+        grams = [] if held is None else [g for g in held[1] if g is not None]
+        if not grams:
+            return layers.describe()
+        return (f"{layers.describe()}; per-head W_O Grams kept for {len(grams)} of "
+                f"{plural(len(held[1]), 'layer')} ({format_bytes(sum(g.nbytes for g in grams))})")
+
+    def grams_held(self) -> int:
+        """Bytes of the W_O Grams this model holds now (output_grams)."""
+        held = self._grams
+        return 0 if held is None else sum(g.nbytes for g in held[1] if g is not None)
 
     def clear_cache(self) -> int:
         """Forget the KV cache. Never waits: a run in progress with the cache finishes on it, and
@@ -358,7 +371,9 @@ class Model:
         W_O when first asked for and kept with the model: n_head d_head^2 floats a layer, d_head /
         d_model of W_O, so a model held in its file's blocks does not dequantise W_O again for each
         run's value norms. Made again from new weights (self.weights replaced: an edited W_O); a
-        model's weight arrays are never changed in place."""
+        model's weight arrays are never changed in place. Counted beside the layers: a loader's
+        default memory budget leaves room for them (memory_budget.grams_bytes), and `memory` and
+        grams_held say what is held."""
         layers = self.weights.layers
         held = self._grams
         if held is None or held[0] is not layers:

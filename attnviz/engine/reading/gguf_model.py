@@ -31,7 +31,7 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_text_vocab as text_vocab
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.budget import LayerStore, float32_array
-from attnviz.engine.reading.memory_budget import resolve_budget
+from attnviz.engine.reading.memory_budget import grams_bytes, resolve_budget
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.reading.gguf_file import (
     PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,
@@ -256,8 +256,8 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     packing = pack and kernels_on()
     stored = [t for p in plans for t in _matrix_types(p, ts)] if packing else []
     packed = sum(packed_nbytes(qtype, *shape) for qtype, shape in stored)
-    budget = resolve_budget(name or ts.path.name, sizes,
-                            float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
+    budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes)
+                            + packed + grams_bytes(cfg), budget)  # (+ the W_O Grams it may keep)
 
     def expand(i, check, view=None):  # (its packed view, if any, from the store: no reference to it)
         if view is None:

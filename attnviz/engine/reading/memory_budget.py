@@ -66,6 +66,13 @@ def available_memory() -> int | None:
     return weights.available_memory()
 
 
+def grams_bytes(cfg) -> int:
+    """Bytes of a model's per-head W_O Grams, every layer's (float32 [n_head, d_head, d_head] a
+    layer), which it makes when value norms, head shares or the anatomy first ask for them
+    (Model.output_grams) and keeps beside its layers: part of what it needs besides its layers."""
+    return 4 * cfg.n_layer * cfg.n_head * cfg.d_head * cfg.d_head
+
+
 def default_budget(other_bytes: int = 0) -> int | None:
     """The memory available now, less what the model needs besides its layers (`other_bytes`) and
     HEADROOM; None (no limit) where the OS does not say."""

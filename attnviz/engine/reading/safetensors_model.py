@@ -18,7 +18,7 @@ import numpy as np
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.budget import LayerStore
-from attnviz.engine.reading.memory_budget import resolve_budget
+from attnviz.engine.reading.memory_budget import grams_bytes, resolve_budget
 from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
@@ -54,7 +54,8 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
         one(i, dry)
         sizes.append(sum(read))
     source = ckpt.files[0].path.name
-    other = ckpt.float32_bytes() - sum(sizes)  # the embeddings and the head as float32 (at most)
+    # the embeddings and the head as float32 (at most), and the W_O Grams the model may keep
+    other = ckpt.float32_bytes() - sum(sizes) + grams_bytes(cfg)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
                        sizes, resolve_budget(name or source, sizes, other, budget), source)
     store.expand_kept()  # a model that fits: every layer read and checked at load

@@ -336,8 +336,8 @@ def remember_memory_budget(settings: QSettings, text: str) -> None:
 
 
 # what the window says once it has put a remembered budget that cannot be used back to auto
-BUDGET_RESET = ("the memory budget is auto now (the memory available, less 1 GiB), and remembered so; "
-                "Models > Memory budget sets another")
+BUDGET_RESET = ("the memory budget is auto now (the memory available, less 1 GiB and what the model "
+                "needs besides its layers), and remembered so; Models > Memory budget sets another")
 
 
 def apply_memory_budget(settings: QSettings) -> str:
