@@ -400,3 +400,16 @@ def test_the_rest_of_a_prepared_buffer_is_given_back():
     first_whole = (-rest.ctypes.data % B.PAGE) // 4  # the rest's first whole page
     if sys.platform.startswith("linux"):
         assert (rest[first_whole:] == 0).all() and (rest[:first_whole] == 5.0).all()
+
+
+def test_the_refusal_counts_one_layer_and_what_the_model_keeps_besides(monkeypatch):
+    """A model whose largest layer and everything else it keeps (embeddings, packed views, W_O
+    Grams: other_bytes) do not fit is refused with their sum, not named as float32 weights alone."""
+    import attnviz.engine.reading.weights as weights
+
+    monkeypatch.setattr(weights, "available_memory", lambda: 1 * MB.GIB)
+    with pytest.raises(ModelLoadError) as err:
+        MB.resolve_budget("big", [MB.GIB // 2], other_bytes=MB.GIB)
+    assert str(err.value) == ("big needs about 1.5 GiB to run even one layer at a time (its largest "
+                              "layer expanded to float32 and what the model keeps besides its "
+                              "layers), but only 1.0 GiB of memory is available; pick a smaller model")

@@ -101,6 +101,7 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
     need = largest + int(other_bytes)
     if need > have:
         raise ModelLoadError(
-            f"{name} needs about {need / GIB:.1f} GiB as float32 weights to run even one layer at a "
-            f"time, but only {have / GIB:.1f} GiB of memory is available; pick a smaller model")
+            f"{name} needs about {need / GIB:.1f} GiB to run even one layer at a time (its largest "
+            f"layer expanded to float32 and what the model keeps besides its layers), but only "
+            f"{have / GIB:.1f} GiB of memory is available; pick a smaller model")
     return max(largest, default_budget(other_bytes))
