@@ -34,6 +34,7 @@ MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
               "v": "V-composition (reads them in its values)"}
 ROPE_NOTE = ("These weight-space scores ignore RoPE (as TransformerLens' do); Why here? includes it.")
 MAP_WIDTH = 520
+WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the sentences without a map
 
 
 def partners(composition: dict, layer: int, head: int, n: int = PARTNERS) -> dict:
@@ -64,6 +65,11 @@ class CircuitsView:
     def note(self) -> str:
         """The line under the title: that the scores leave RoPE out, for a model that has it."""
         return ROPE_NOTE if self.rope else ""
+
+    def no_map(self) -> str:
+        """In place of the copying map: that it is absent, and why, in sentences."""
+        why = self.no_copying
+        return "No copying map." + (f" {why[:1].upper()}{why[1:]}." if why else "")
 
     def title(self) -> str:
         return f"Circuits of {self.model}: OV copying, composition, OV top tokens"
@@ -138,9 +144,18 @@ def layout(view: CircuitsView, width: int) -> CircuitsLayout:
         cell = (MAP_WIDTH - 60) / (n_head + 2)
         lay.map_h = int(cell * (n_layer + 4))
         lay.map_layout = headmap.layout(hm, MAP_WIDTH, lay.map_h)
-    map_px = lay.map_h * width / MAP_WIDTH if hm is not None else 2 * lay.line_h
+        map_px = lay.map_h * width / MAP_WIDTH
+    else:  # the sentences saying why, wrapped, and a line's gap
+        map_px = no_map_height(view, lay) + lay.line_h
     lay.height = int(50 * s + map_px + (len(view.lines()) + 2) * lay.line_h)
     return lay
+
+
+def no_map_height(view: CircuitsView, lay: CircuitsLayout) -> float:
+    """The height of the sentences painted in place of the copying map, wrapped to the width."""
+    s = lay.scale
+    return QFontMetricsF(figure_font(12 * s)).boundingRect(
+        QRectF(0, 0, lay.width - 20 * s, 1e6), WRAPPED, view.no_map()).height()
 
 
 def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
@@ -165,9 +180,10 @@ def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
         y += lay.map_h * lay.width / MAP_WIDTH
     else:
         p.setPen(TEXT)
-        p.drawText(QRectF(10 * s, y, lay.width - 20 * s, 2 * lay.line_h), left,
-                   f"No copying map: {view.no_copying}")
-        y += 2 * lay.line_h
+        p.setFont(figure_font(12 * s))
+        h = no_map_height(view, lay)
+        p.drawText(QRectF(10 * s, y, lay.width - 20 * s, h), WRAPPED, view.no_map())
+        y += h + lay.line_h
     p.setPen(TEXT)
     fm = QFontMetricsF(figure_font(12 * s))
     for line in view.lines():
@@ -202,7 +218,7 @@ def number_bytes(view: CircuitsView, fmt: str) -> bytes:
         return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
     if fmt == "csv":
         if view.copying is None:
-            raise ExportError(f"no copying map to write as CSV: {view.no_copying}")
+            raise ExportError(f"there is no copying map to write as CSV, because {view.no_copying}")
         c = np.asarray(view.copying)
         lines = [",".join(["layer", *(f"H{h}" for h in range(c.shape[1]))])]
         lines += [",".join([f"L{l}", *(repr(float(v)) for v in c[l])]) for l in range(c.shape[0])]

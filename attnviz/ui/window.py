@@ -25,6 +25,7 @@ from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.load_outcome import report_load
 from attnviz.ui.menus import Menus, about_html, show_keys
 from attnviz.ui.views.notices import Notices, sentence, show_status
+from attnviz.ui.views.side_tabs import make_readable
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
 from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, ON_SHOW, OnDemand, PanelDocks
@@ -142,8 +143,7 @@ class MainWindow(QMainWindow):
         return self.training_place.itemAt(0).widget()
 
     def _build_docks(self, panels: tuple[str, ...]) -> None:
-        # The side panels' tabs run down the window's edge, each name whole: a bar along the
-        # bottom of a 440 px dock cut six names to "Calc…"; past the height the bar scrolls.
+        # The side panels' tabs run down the window's edge, each name whole (ui/views/side_tabs.py)
         for area in (Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.LeftDockWidgetArea):
             self.setTabPosition(area, QTabWidget.TabPosition.East if area == Qt.DockWidgetArea.RightDockWidgetArea
                                 else QTabWidget.TabPosition.West)
@@ -233,15 +233,14 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self, self.tabs_readable)  # (cancelled if the window goes first)
 
     def tabs_readable(self) -> None:
-        """Every tab bar of the docks shows whole names, scrolling when they outgrow it (Qt makes
-        a bar for each group of tabbed docks, and again when docks move)."""
+        """Every tab bar of the docks shows whole names, each in sight where they fit it
+        (ui/views/side_tabs.py; Qt makes a bar for each group of tabbed docks, and again when
+        docks move)."""
         if not shiboken6.isValid(self):
             return
         for bar in self.findChildren(QTabBar):
             if bar.parent() is self:
-                bar.setElideMode(Qt.TextElideMode.ElideNone)
-                bar.setUsesScrollButtons(True)
-                bar.setExpanding(False)
+                make_readable(bar)
 
     def _connect(self) -> None:
         st = self.state

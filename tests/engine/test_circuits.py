@@ -135,7 +135,7 @@ def test_an_encoder_has_no_copying_and_refuses_ov_top_in_one_line():
     c = C.circuits(model)
     assert c.copying is None and "encoder" in c.no_copying
     assert c.composition["k"].shape == (model.config.n_layer, model.config.n_head) * 2
-    with pytest.raises(InputError, match="needs its unembedding") as e:
+    with pytest.raises(InputError, match="read through the model's unembedding") as e:
         C.ov_top(model, 0, 0, 5)
     assert "\n" not in str(e.value)
 

@@ -5,6 +5,8 @@ and no top tokens either)."""
 
 import json
 
+from PySide6.QtCore import Qt
+
 from attnviz.engine.analysing import circuits as C
 from attnviz.figures import circuits as fig
 from windows import WAIT, drain_events, open_window
@@ -59,7 +61,16 @@ def test_an_encoder_picked_before_its_scores_asks_for_no_top_tokens(qtbot, tmp_p
     assert jobs.ov is None and jobs.ov_note == ""
     assert jobs.circuits.copying is None
     assert "top partners" in panel.partners.text() and not panel.ov.isVisibleTo(panel)
-    assert panel.map_view.empty_text.startswith("No copying map: ")
+    view = panel.map_view  # its text painted, wrapped, in place of the map: whole, in sentences
+    assert view.map is None and view.isVisible()
+    assert view.empty_text == (
+        "No copying map. A head's copying score and the tokens it writes are read through the "
+        "model's unembedding, and all-MiniLM-L6-v2 is an encoder without a language-model head, so it predicts "
+        "no next token. The composition partners below still apply; open a decoder from the Models "
+        "menu for copying.")
+    box = view.rect().adjusted(8, 8, -8, -8)
+    flags = Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap
+    assert box.contains(view.fontMetrics().boundingRect(box, flags, view.empty_text))
 
 
 def test_a_decoder_picked_before_its_scores_shows_what_the_head_writes_once_they_arrive(qtbot, tmp_path, toy):

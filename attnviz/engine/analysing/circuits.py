@@ -61,7 +61,7 @@ class HeadMatrices:
 class Circuits:
     copying: np.ndarray | None  # [n_layer, n_head]; None: the model has no unembedding
     composition: dict  # mode -> [n_layer, n_head, n_layer, n_head]: [earlier head, later head]
-    no_copying: str | None = None  # why copying is None, in one line
+    no_copying: str | None = None  # why copying is None: one line, "a head's copying score ..."
 
 
 def head_matrices(model, layer: int) -> HeadMatrices:
@@ -108,7 +108,8 @@ def _head(model):
     try:
         return model.lm_head()
     except NoPrediction as exc:
-        raise InputError(f"{exc}: what a head writes in tokens needs its unembedding") from None
+        raise InputError("a head's copying score and the tokens it writes are read through the "
+                         f"model's unembedding, and {exc}") from None
 
 
 def embed_scale(model) -> float:

@@ -54,7 +54,7 @@ def table_head(model) -> LMHead:
                     table[a:a + PAIR_BLOCK]
                     let_go(table, a, a + PAIR_BLOCK)
             except ModelLoadError as exc:  # a row found non-finite as it is dequantized
-                raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: "
+                raise NoPrediction(f"the unembedding of {model.name} cannot be used for prediction: "
                                    f"{exc}") from None
             head = replace(head, w_u=table)
         head = _HEADS[model] = head

@@ -81,24 +81,26 @@ def build_head(model, pack: bool = True) -> LMHead:
     NoPrediction, in one line, for an encoder, a file missing its final norm or unembedding, or
     non-finite values in them."""
     cfg, h = model.config, model.weights.head
-    if h is None:
-        raise NoPrediction(f"{model.name}: this model's loader reads no final norm or unembedding")
+    if not cfg.causal:
+        raise NoPrediction(f"{model.name} is an encoder without a language-model head, so it predicts "
+                           "no next token")
+    if h is None or not FAMILY[cfg.family].pre_norm:
+        raise NoPrediction(f"attnviz reads no final norm or unembedding for a {cfg.model_type} model, "
+                           f"so {model.name} predicts no next token")
     if h.missing:
-        raise NoPrediction(f"{model.name}: {h.missing}")
-    if not cfg.causal or not FAMILY[cfg.family].pre_norm:
-        raise NoPrediction(f"{model.name} is not a causal language model: it predicts no next token")
+        raise NoPrediction(f"{model.name} predicts no next token because {h.missing}")
     if isinstance(h.unembed, np.ndarray):
         w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
     else:  # kept in the file's type, dequantised VOCAB_BLOCK rows at a time as a pass needs them
         w_u = Unembedding(h.unembed, hold=_fits(model, h.unembed))
     if w_u.shape != (cfg.vocab_size, cfg.d_model):
-        raise NoPrediction(f"{model.name}: the unembedding is {list(w_u.shape)}, expected "
-                           f"[{cfg.vocab_size}, {cfg.d_model}]")
+        raise NoPrediction(f"{model.name} predicts no next token because its unembedding is "
+                           f"{list(w_u.shape)}, expected [{cfg.vocab_size}, {cfg.d_model}]")
     for name, a in ((("unembedding", w_u),) if isinstance(w_u, np.ndarray) else ()) + tuple(
             ("final norm", g) for g in h.norm):
         if not np.isfinite(a).all():
-            raise NoPrediction(f"{model.name}: the {name} holds non-finite values (NaN or inf): "
-                               "prediction needs finite numbers")
+            raise NoPrediction(f"{model.name} predicts no next token because its {name} holds "
+                               "non-finite values (NaN or inf)")
     return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
                   centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u,
                   pack=PackedUnembedding(h.unembed) if pack and _packs(model, h.unembed) else None)

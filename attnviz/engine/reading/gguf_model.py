@@ -279,8 +279,8 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
                      out if "output.weight" in ts else ("(tied to token_embd.weight)", lambda: tok_emb),
                      ts.path.name)
     if plans[-1].gate_up is None and head.missing is None:
-        head = Head(head.norm, head.unembed, f"{ts.path.name}: no tensor "
-                    f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP) for prediction")
+        head = Head(head.norm, head.unembed, f"{ts.path.name} has no tensor "
+                    f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP)")
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head, packed_types=frozenset(qtype for qtype, _ in stored if qtype in PACKED))
 

@@ -49,8 +49,10 @@ class Layer:
 @dataclass(frozen=True)
 class Head:
     """What turns the residual stream into next-token logits: the final norm and the unembedding
-    W_U [vocab, d_model] (rows = tokens; the token embedding itself when tied). `missing`: one line
-    naming what the file lacks or holds broken, when `norm` or `unembed` is None."""
+    W_U [vocab, d_model] (rows = tokens; the token embedding itself when tied). `missing`: one
+    clause naming what the file lacks or holds broken ("m.gguf has no final norm (...)"), when
+    `norm` or `unembed` is None; prediction refuses with "<model> predicts no next token because
+    <missing>"."""
     norm: tuple | None  # (gain, bias) or (gain,)
     unembed: object | None  # [vocab, d_model]: an array, a memory map or GGUF QuantRows
     missing: str | None = None
@@ -83,12 +85,12 @@ def read_head(get, norm_names: tuple[str, ...], unembed: tuple[str, object], sou
     try:
         norm = tuple(np.array(get(n)) for n in norm_names)
     except ModelLoadError as exc:
-        return Head(None, None, f"{source}: no final norm for prediction ({_one_line(exc)})")
+        return Head(None, None, f"{source} has no final norm ({_one_line(exc)})")
     name, read = unembed
     try:
         w_u = read()
     except ModelLoadError as exc:
-        return Head(norm, None, f"{source}: no unembedding {name} for prediction ({_one_line(exc)})")
+        return Head(norm, None, f"{source} has no unembedding {name} ({_one_line(exc)})")
     return Head(norm, w_u)
 
 

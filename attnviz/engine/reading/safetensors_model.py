@@ -109,8 +109,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
         emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
         layers=layers,
-        head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head: it "
-                              "predicts no next token"),
+        head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head"),
     )
 
 

@@ -89,7 +89,8 @@ class CircuitsPanel(QWidget):
         self.note.setVisible(bool(self.note.text()))
         self.map_view.set_map(None if v is None else fig.copying_map(v))
         if v is not None and v.copying is None:
-            self.map_view.empty_text = f"No copying map: {v.no_copying}"
+            self.map_view.empty_text = (f"{v.no_map()} The composition partners below still apply; "
+                                        "open a decoder from the Models menu for copying.")
         self.export_button.setEnabled(v is not None)
         self._draw_lines()
         self._on_pick()

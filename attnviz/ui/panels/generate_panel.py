@@ -261,7 +261,7 @@ class GeneratePanel(QWidget):
         self.stop_button.setEnabled(g.running)
         n = len(g.steps)
         if model is not None and not causal:
-            self.status.setText(f"{model.name} is an encoder: it predicts no next token.")
+            self.status.setText(f"{model.name} is an encoder, so it predicts no next token and cannot generate.")
         elif g.running:
             self.status.setText(f"Generating: {n} token{'s' * (n != 1)} so far…")
         elif g.refused:
