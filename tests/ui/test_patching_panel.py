@@ -269,7 +269,9 @@ def test_an_encoder_is_refused_in_one_line(qtbot, tmp_path):
     w = open_window(qtbot, tmp_path / "e.ini", text=TEXT, panels=("patching",))  # MiniLM
     p = w.patching_panel
     # up front, as What heads do and Generate: one line why, the controls off, no position scored
-    assert p.refused.isVisibleTo(p) and p.refused.text().startswith("all-MiniLM-L6-v2 is an encoder")
+    assert p.refused.isVisibleTo(p) and p.refused.text() == (
+        "all-MiniLM-L6-v2 is an encoder, so it predicts no next token, and patching measures how the "
+        "prediction of the next token changes. Open a decoder from the Models menu to patch one.")
     assert not any(c.isEnabled() for c in (p.run_button, p.corrupt_button, p.corrupt_box, p.position_box,
                                           p.target_edit, p.alt_edit, p.what_box, p.direction_box))
     p.check_lengths()
@@ -278,5 +280,5 @@ def test_an_encoder_is_refused_in_one_line(qtbot, tmp_path):
     assert p.position_label.text() == ""
     p.corrupt_box.setText(TEXT.replace("John gave", "Mary gave"))
     assert not p.run()
-    assert "patching needs a prediction" in p.note.text() and "\n" not in p.note.text()
+    assert p.note.text().endswith("patching measures how the next token's prediction changes") and "\n" not in p.note.text()
     assert w.patch_jobs.result is None and not w.patch_jobs.running

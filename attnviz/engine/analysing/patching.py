@@ -101,7 +101,7 @@ def check_model(model):
     try:
         return model.lm_head()
     except NoPrediction as exc:
-        raise InputError(f"{exc}: patching needs a prediction") from None
+        raise InputError(f"{exc}, and patching measures how the next token's prediction changes") from None
 
 
 def check_ids(ids_clean, ids_corrupt) -> None:

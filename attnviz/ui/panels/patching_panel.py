@@ -240,8 +240,8 @@ class PatchingPanel(QWidget):
         m = self.state.model
         if m is None or m.config.causal:
             return ""
-        return (f"{m.name} is an encoder: it predicts no next token, and patching measures how the "
-                "prediction of the next token changes: open a decoder in Models to patch one.")
+        return (f"{m.name} is an encoder, so it predicts no next token, and patching measures how the "
+                "prediction of the next token changes. Open a decoder from the Models menu to patch one.")
 
     def _sync_layer(self) -> None:
         self.layer_box.setEnabled(self.what_box.currentText() == "head_out_by_pos" and not self.refusal())
