@@ -115,6 +115,20 @@ def block_centre(block: int, n: int, side: float) -> float:
     return (block + 0.5) * side / n
 
 
+def strongest_at(m, side: int, i: int, j: int) -> tuple[int, int]:
+    """(q, k) of the cell that pixel (row i, column j) of a weight_tile of weights m [T, T] (no row
+    undefined, no key hidden) `side` pixels wide shows: the largest weight of its block (the first
+    in row order on a tie)."""
+    m = np.asarray(m)
+    T = len(m)
+    p = tile_pool(T, side)
+    at = pixel_blocks(-(-T // p), side)
+    q0, k0 = int(at[min(side - 1, max(0, i))]) * p, int(at[min(side - 1, max(0, j))]) * p
+    block = m[q0:q0 + p, k0:k0 + p]
+    dq, dk = np.unravel_index(int(block.argmax()), block.shape)
+    return q0 + int(dq), k0 + int(dk)
+
+
 def _fit(rgb: np.ndarray, side: int) -> np.ndarray:  # [n, n, 3] -> [side, side, 3]
     idx = pixel_blocks(rgb.shape[0], side)
     return np.ascontiguousarray(rgb[np.ix_(idx, idx)])

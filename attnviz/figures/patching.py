@@ -10,7 +10,8 @@ The map, by `what`:
     head_out,
     head_pattern      rows layers, columns heads in the grid's order (a gap between KV groups)
     head_out_by_pos   one layer: rows positions (the clean tokens), columns heads
-Cells not measured (NaN) are grey.
+Cells not measured (NaN) are grey. A map drawn smaller than its cells pools them into blocks
+(figures/patch_blocks.py): each block shows its cell farthest from the unchanged effect.
 
     patch_view(...) -> PatchView;  layout(view, width, height=None) -> PatchLayout
     paint(p, view, lay);  hit(view, lay, x, y) -> (row, col) | None;  readout(view, row, col)
@@ -31,6 +32,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from attnviz.engine.analysing.patching import unpatched
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
+from attnviz.figures import patch_blocks as B
 from attnviz.figures.compare import bar_label_width, paint_colour_bar
 from attnviz.figures.data import ExportError
 from attnviz.figures.headmap import colour
@@ -139,11 +141,15 @@ class PatchLayout:
     height: int
     cell_w: float
     cell_h: float
-    xs: np.ndarray  # [cols] left edge of each column
-    ys: np.ndarray  # [rows] top of each row
+    xs: np.ndarray  # [columns drawn] left edge of each (a block of pool[1] columns)
+    ys: np.ndarray  # [rows drawn] top of each (a block of pool[0] rows)
     top: float  # the title and column labels end here
     left: float
     bar: QRectF = field(default_factory=QRectF)
+    pool: tuple = (1, 1)  # (rows, columns) of the map each drawn cell pools
+    picks: np.ndarray | None = None  # [rows drawn, columns drawn, 2] the (row, col) each shows
+    row_labels: list = field(default_factory=list)  # the drawn rows' and columns' labels
+    col_labels: list = field(default_factory=list)
 
 
 def _fm(size=10) -> QFontMetricsF:
@@ -166,38 +172,56 @@ def metric_height(view: PatchView, width: int) -> float:
 
 def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayout:
     """Every cell placed in a picture `width` wide (and `height` high when given, else as high as
-    the rows need)."""
+    the rows need); cells that do not fit at the least size pooled into blocks (patch_blocks)."""
     rows, cols = view.values.shape
     fm = _fm(9)
-    left = max(fm.horizontalAdvance(s) for s in view.row_labels()) + 8
     heads = view.what in HEAD_WHATS
-    col_h = fm.height() + 4 if heads else max(fm.horizontalAdvance(s) for s in view.col_labels()) + 8
-    top = title_height(view, width) + metric_height(view, width) + 8 + col_h
     groups = (np.asarray(view.kv_group) if heads and view.kv_group is not None and len(view.kv_group) == cols
               else np.zeros(cols, np.int64))
-    n_gaps = int(np.count_nonzero(groups[1:] != groups[:-1])) if cols > 1 else 0
     bar_room = max(BAR_ROOM, BAR_GAP + BAR_W + bar_label_width(view.limit, view.unchanged) + 1)
-    cell_w = max(3.0, (width - left - bar_room) / max(cols + 0.4 * n_gaps, 1))
+    head_text = title_height(view, width) + metric_height(view, width) + 8
+
+    def room(pool):  # the drawn rows' and columns' labels, the left and top margins, the KV gaps
+        rl = B.block_labels(view.row_labels(), pool[0], "" if view.what == "head_out_by_pos" else "L")
+        cl = B.block_labels(view.col_labels(), pool[1], "H" if heads else "")
+        col_h = fm.height() + 4 if heads else max(fm.horizontalAdvance(s) for s in cl) + 8
+        gaps = int(np.count_nonzero(groups[1:] != groups[:-1])) if cols > 1 and pool[1] == 1 else 0
+        return rl, cl, max(fm.horizontalAdvance(s) for s in rl) + 8, head_text + col_h, gaps
+
+    pool = (1, 1)
+    for _ in range(4):  # (a pooled axis' labels take other room: pooled again until it fits)
+        row_labels, col_labels, left, top, n_gaps = room(pool)
+        fits = (1 if height is None else B.pool_for(rows, height - top - 10, B.LEAST_H),
+                B.pool_for(cols, width - left - bar_room, B.LEAST_W, 0.4 * n_gaps))
+        if all(f <= p for f, p in zip(fits, pool)):
+            break
+        pool = (max(pool[0], fits[0]), max(pool[1], fits[1]))
+    else:
+        row_labels, col_labels, left, top, n_gaps = room(pool)
+    n_rows, n_cols = B.blocks(rows, pool[0]), B.blocks(cols, pool[1])
+    cell_w = max(B.LEAST_W, (width - left - bar_room) / max(n_cols + 0.4 * n_gaps, 1))
     if height is None:
         cell_h = min(max(cell_w, 10.0), 28.0)
-        height = int(top + rows * cell_h + 30)
+        height = int(top + n_rows * cell_h + 30)
     else:
-        cell_h = max(2.0, (height - top - 10) / max(rows, 1))
-    if heads and height is not None:  # square head cells
+        cell_h = max(B.LEAST_H, (height - top - 10) / max(n_rows, 1))
+    if heads and height is not None and pool == (1, 1):  # square head cells (a block is no head's)
         cell_w = cell_h = min(cell_w, cell_h)
     x, xs = left, []
-    for c in range(cols):
-        if c and groups[c] != groups[c - 1]:
+    for c in range(n_cols):
+        if c and n_gaps and groups[c] != groups[c - 1]:
             x += 0.4 * cell_w
         xs.append(x)
         x += cell_w
-    ys = top + np.arange(rows) * cell_h
-    bar = QRectF(x + BAR_GAP, top, BAR_W, max(40.0, min(rows * cell_h, height - top - 30)))
-    return PatchLayout(int(width), int(height), cell_w, cell_h, np.asarray(xs), ys, top, left, bar)
+    ys = top + np.arange(n_rows) * cell_h
+    bar = QRectF(x + BAR_GAP, top, BAR_W, max(40.0, min(n_rows * cell_h, height - top - 30)))
+    return PatchLayout(int(width), int(height), cell_w, cell_h, np.asarray(xs), ys, top, left, bar, pool,
+                       B.picks(view.values, view.unchanged, pool), row_labels, col_labels)
 
 
 def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -> None:
-    vals, lim = view.values, view.limit
+    lim = view.limit
+    vals = view.values[lay.picks[..., 0], lay.picks[..., 1]]  # [rows drawn, columns drawn]
     rows, cols = vals.shape
     p.setPen(text)
     p.setFont(figure_font(11, bold=True))
@@ -214,16 +238,17 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
     p.setPen(text)
     fm = _fm(9)
     step = max(1, int(np.ceil(fm.height() / max(lay.cell_h, 1))))
-    for r, lab in enumerate(view.row_labels()):
+    for r, lab in enumerate(lay.row_labels):
         if r % step == 0:
-            p.drawText(QRectF(0, lay.ys[r], lay.left - 4, lay.cell_h),
-                       Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, lab)
-    labels = view.col_labels()
+            p.drawText(QRectF(0, lay.ys[r], lay.left - 4, lay.cell_h),  # (rows lower than a line: not cut)
+                       Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter | Qt.TextFlag.TextDontClip, lab)
+    labels = lay.col_labels
     if view.what in HEAD_WHATS:
-        hstep = max(1, int(np.ceil(fm.horizontalAdvance("H00") / max(lay.cell_w, 1))))
+        wide = max(fm.horizontalAdvance(s) for s in ["H00", *labels])  # (a block's: "H4–7")
+        hstep = max(1, int(np.ceil(wide / max(lay.cell_w, 1))))
         for c in range(0, cols, hstep):
             p.drawText(QRectF(lay.xs[c] - lay.cell_w, lay.top - fm.height() - 2, 3 * lay.cell_w, fm.height()),
-                       Qt.AlignmentFlag.AlignHCenter, labels[c])
+                       Qt.AlignmentFlag.AlignHCenter | Qt.TextFlag.TextDontClip, labels[c])
     else:  # tokens upright along the columns
         cstep = max(1, int(np.ceil(fm.height() / max(lay.cell_w, 1))))
         for c in range(0, cols, cstep):
@@ -235,7 +260,7 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
     if view.focus is not None:
         cell = _focus_cell(view)
         if cell is not None:
-            r, c = cell
+            r, c = cell[0] // lay.pool[0], cell[1] // lay.pool[1]
             p.setPen(QPen(QColor(FOCUS), 2))
             p.setBrush(Qt.BrushStyle.NoBrush)
             p.drawRect(QRectF(lay.xs[c] - 1, lay.ys[r] - 1, lay.cell_w + 2, lay.cell_h + 2))
@@ -251,15 +276,19 @@ def _focus_cell(view: PatchView):
 
 
 def hit(view: PatchView, lay: PatchLayout, x: float, y: float):
-    """The (row, col) under (x, y), or None."""
-    rows, _ = view.values.shape
+    """The (row, col) of the cell painted under (x, y) (a block: the cell it shows), or None."""
     r = int(np.floor((y - lay.top) / lay.cell_h)) if y >= lay.top else -1
     c = np.flatnonzero((x >= lay.xs) & (x < lay.xs + lay.cell_w))
-    return (r, int(c[0])) if 0 <= r < rows and c.size else None
+    if not (0 <= r < len(lay.ys) and c.size):
+        return None
+    row, col = lay.picks[r, int(c[0])]
+    return int(row), int(col)
 
 
 def cell_center(lay: PatchLayout, row: int, col: int) -> tuple[float, float]:
-    return float(lay.xs[col] + lay.cell_w / 2), float(lay.ys[row] + lay.cell_h / 2)
+    """The centre of the cell (the block) where cell (row, col) is painted."""
+    r, c = row // lay.pool[0], col // lay.pool[1]
+    return float(lay.xs[c] + lay.cell_w / 2), float(lay.ys[r] + lay.cell_h / 2)
 
 
 def where(view: PatchView, row: int, col: int) -> str:

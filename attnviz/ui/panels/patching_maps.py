@@ -1,5 +1,7 @@
 """The Patching tab's two pictures: the map of effects (PatchMap) and the picked head's attention
-on the clean and corrupted texts (PatternPair)."""
+on the clean and corrupted texts (PatternPair). Each pools what is smaller on screen than its cells
+(figures/patch_blocks.py; a pattern as the Compare tiles pool theirs, figures/compare.weight_tile)
+and its hover reads the cell a pixel shows."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.style import BACKGROUND
@@ -84,7 +87,8 @@ class PatchMap(QWidget):
 
 
 class PatternPair(QWidget):
-    """The picked head's attention on the clean and on the corrupted text, side by side."""
+    """The picked head's attention on the clean and on the corrupted text, side by side; hover
+    reads a pixel's cell."""
 
     def __init__(self, panel, parent: QWidget | None = None):
         super().__init__(parent)
@@ -92,8 +96,14 @@ class PatternPair(QWidget):
         self.head: tuple[int, int] | None = None
         self.rects: list[QRectF] = []
         self.dim = False
+        self.hover_text = ""
+        self.setMouseTracking(True)
         self.setMinimumHeight(120)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+    def _weights(self) -> list:  # the head's [T, T] on the clean and the corrupted text
+        sides, (l, h) = self.panel.jobs.sides, self.head
+        return [sides.attentions_clean[l, h], sides.attentions_corrupt[l, h]]
 
     def paintEvent(self, _ev) -> None:
         p = QPainter(self)
@@ -103,11 +113,33 @@ class PatternPair(QWidget):
             if sides is None or self.head is None:
                 return
             l, h = self.head
-            cmap = self.panel.state.colormap
-            rgbs = [C.weight_rgb(sides.attentions_clean[l, h], cmap), C.weight_rgb(sides.attentions_corrupt[l, h], cmap)]
             self.rects = C.tile_rects(QRectF(6, 6, self.width() - 12, self.height() - 12), 2)
+            # (each a picture its tile's size: fewer pixels than tokens pool them, none dropped)
+            rgbs = [C.weight_tile(m, None, False, self.panel.state.colormap, int(r.width()))
+                    for m, r in zip(self._weights(), self.rects)]
             C.paint_tiles(p, rgbs, self.rects, [f"clean {head_title(l, h)}", f"corrupted {head_title(l, h)}"], INK)
             if self.dim:
                 p.fillRect(self.rect(), DIM)
         finally:
             p.end()
+
+    def readout_at(self, x: float, y: float) -> str:
+        """The cell the pixel at (x, y) shows (a pooled pixel: its block's largest weight), "" off
+        the tiles: `clean L1 H3  'Mary' → 'John'  0.4321`."""
+        ask = self.panel.jobs.ask
+        if self.panel.jobs.sides is None or self.head is None or ask is None:
+            return ""
+        for name, m, labels, r in zip(("clean", "corrupted"), self._weights(),
+                                      (ask.labels_clean, ask.labels_corrupt), self.rects):
+            if r.contains(x, y):
+                q, k = C.strongest_at(m, int(r.width()), int(y - r.top()), int(x - r.left()))
+                return (f"{name} {head_title(*self.head)}  {quoted(labels[q])} \u2192 {quoted(labels[k])}  "
+                        f"{float(m[q, k]):.4f}")
+        return ""
+
+    def mouseMoveEvent(self, ev) -> None:
+        text = self.readout_at(ev.position().x(), ev.position().y())
+        text += " (for the earlier texts)" if text and self.dim else ""
+        if text != self.hover_text:
+            self.hover_text = text
+            self.setToolTip(plain_tip(text))  # (it quotes token labels)

@@ -16,8 +16,8 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout,
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
-    Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, same_layout, tile_index,
-    title_room, title_spots, view_geometry,
+    Geometry, GridLayout, cell_readout, focus_margin, kv_segments, same_layout, tile_index, title_room,
+    title_spots,
 )
 from attnviz.figures.style import (
     ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, heat_positions, heat_table,
@@ -25,6 +25,7 @@ from attnviz.figures.style import (
 )
 from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
+from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, NoModel, colour_bar, place_bands, place_titles, update_bar,
@@ -129,6 +130,7 @@ class HeatmapGrid(QWidget):
         state.sigHeadLabelsChanged.connect(self._draw_titles)
         state.effects.sigAblationChanged.connect(self._draw_off)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.vb.sigResized.connect(self._view_resized)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self.outline = HeadOutline(self, state)  # the state's outlined heads (after the redraws above)
 
@@ -170,9 +172,7 @@ class HeatmapGrid(QWidget):
         # keeps its layout without computing it again
         key = (st.view_mode, n_layer, n_head, layer, T, kv_group.tobytes(), self._view_size())
         if key != self._layout_key or self.layout_ is None:
-            geo = self._geometry(n_layer, n_head, group_size(kv_group), T)
-            lo = make_layout(st.view_mode, n_layer, layer, kv_group, T, geo.ncols, geo.pool, geo.bands,
-                             geo.tile_px)
+            lo, geo = fitted(st.view_mode, n_layer, layer, kv_group, T, *self._view_size())
             if not same_layout(lo, self.layout_):
                 self._relayout(lo, kv_group)
             self._layout_key, self._geo = key, geo
@@ -283,12 +283,7 @@ class HeatmapGrid(QWidget):
         self.window_line.setVisible(not path.isEmpty())
 
     def _view_size(self) -> tuple[int, int]:  # the screen pixels the mosaic may fill
-        return (max(self.gw.width() - self.cbar.getAxis("right").width() - 40, 100),
-                max(self.gw.height() - 10, 100))
-
-    def _geometry(self, n_layer: int, n_head: int, gs: int, T: int) -> Geometry:
-        """How the grid is cut for the current view size."""
-        return view_geometry(self.state.view_mode, n_layer, n_head, gs, T, *self._view_size())
+        return view_size(self.gw, self.cbar)
 
     def _relayout(self, lo: GridLayout, kv_group: np.ndarray) -> None:
         self.layout_ = lo
@@ -313,7 +308,7 @@ class HeatmapGrid(QWidget):
         """Fit the mosaic in the view and apply the new view transform now: left to the paint, the
         titles' transforms would change during it and the scene would be painted a second time."""
         lo = self.layout_
-        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.005)
+        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=PAD)
         self.plot.scene().prepareForPaint()
         room = title_room(lo)  # (a layer view's title cut short of the next tile's: a long badge)
         right, px = self.vb.viewRect().right(), max(self.vb.viewPixelSize()[0], 1e-9)
@@ -375,16 +370,12 @@ class HeatmapGrid(QWidget):
         self.query_dim.show()
         self.query_line.show()
 
-    def resizeEvent(self, ev):
-        super().resizeEvent(ev)
+    def _view_resized(self, *_):  # (the window's size, or the colour bar's labels widened)
         lo = self.layout_
         if lo is not None and self.state.result is not None:
             n_layer = self.state.result.attentions.shape[0]
-            kv = np.asarray(self._kv_key)
-            geo = self._geometry(n_layer, len(kv), group_size(kv), lo.n_tok)
-            layer = lo.heads[0][0]
-            if not same_layout(make_layout(lo.mode, n_layer, layer, kv, lo.n_tok, geo.ncols, geo.pool,
-                                           geo.bands, geo.tile_px), lo):
+            if not same_layout(fitted(lo.mode, n_layer, lo.heads[0][0], np.asarray(self._kv_key), lo.n_tok,
+                                      *self._view_size())[0], lo):
                 self._draw()  # the same result, laid out for the new size
             else:
                 self._set_range()

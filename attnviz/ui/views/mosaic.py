@@ -147,8 +147,9 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
 
 def pool_factor(T: int, tile_px: float) -> int:
     """Tokens per pixel so a head is not drawn larger than it appears: nearest-neighbour scaling
-    would drop rows and columns (thin diagonals vanish); max-pooling keeps every peak visible."""
-    return max(1, math.ceil(T / max(tile_px, 8.0) - 0.15))  # a 15% shrink drops almost nothing
+    would drop rows and columns (thin diagonals vanish); max-pooling keeps every peak visible.
+    (ui/views/grid_fit.fitted checks the laid-out mosaic against its view.)"""
+    return max(1, math.ceil(T / max(tile_px, 8.0)))
 
 
 def all_extent(n_layer: int, n_head: int, gs: int, bands: int, left: float = LEFT,
