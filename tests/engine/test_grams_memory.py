@@ -88,10 +88,9 @@ def test_the_memory_line_counts_the_grams_held():
     assert "Grams" not in line
     model.run(ids=IDS, request=RunRequest(values=True, use_cache=False, layers=1))
     per_layer = grams_bytes(model.config) // model.config.n_layer
-    assert model.memory == f"{line}; per-head W_O Grams kept for 1 of 2 layers ({format_bytes(per_layer)})"
+    assert model.memory == f"{line}; also kept: W_O Grams for 1 of 2 layers ({format_bytes(per_layer)})"
     model.run(ids=IDS, request=VALUES)
-    assert model.memory == (f"{line}; per-head W_O Grams kept for 2 of 2 layers "
-                            f"({format_bytes(2 * per_layer)})")
+    assert model.memory == f"{line}; also kept: W_O Grams for 2 of 2 layers ({format_bytes(2 * per_layer)})"
 
 
 def test_the_budget_left_beside_a_counts_its_grams():
