@@ -13,6 +13,7 @@ from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import qpack
+from attnviz.engine.reading.memory_budget import format_bytes
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
 
@@ -124,8 +125,9 @@ def test_a_non_finite_scale_is_refused_at_load_as_an_expansion_refuses_it(tmp_pa
 
 def test_a_few_rows_logits_come_from_the_packed_unembedding_within_the_kernels_bound(path, kernels):
     """The window's prediction of one row reads the unembedding's blocks: no float32 copy of it is
-    made however many times it is asked; a row per layer (the analysis) too, within the same bound;
-    ROWS_PASS rows or more keep the float32 blocks' product."""
+    made however many times it is asked (the memory line names the packed copy alone); a row per
+    layer (the analysis) too, within the same bound; ROWS_PASS rows or more keep the float32
+    blocks' product."""
     from attnviz.engine.computing.logits import HOLD_AFTER
 
     model, ref = load_gguf(path), float32_model(path)
@@ -139,6 +141,8 @@ def test_a_few_rows_logits_come_from_the_packed_unembedding_within_the_kernels_b
     bound = 1e-5 * (np.abs(want_head.normed(x)) @ np.abs(w_u).T)
     assert np.all(np.abs(got - want) <= bound) and not np.array_equal(got, want)
     assert head.w_u.rows_held == 0  # no pass over the float32 blocks: nothing kept
+    assert model.memory == (f"{model.weights.layers.describe()}; also kept: unembedding packed for "
+                            f"the kernels ({format_bytes(head.packed.nbytes)})")
     layers = np.repeat(x, qm.ROWS[Q.Q8_0], axis=0)
     got_layers = head.logits(layers)  # (not the float32 pass's bits: the kernels')
     assert np.all(np.abs(got_layers - want) <= bound) and head.w_u.rows_held == 0

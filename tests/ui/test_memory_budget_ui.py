@@ -1,15 +1,20 @@
 """Models > Memory budget: the size typed applies to the loaded model at once (its results
 unchanged) and to later loads, and is remembered; a size below one layer or not a size is refused
 with a message, changing nothing, and so is a bare number below 1 MiB ("512": 512 bytes, when
-512M was meant)."""
+512M was meant). Its Now line names what the model keeps beside its layers, with the bytes."""
+
+import shutil
 
 import numpy as np
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from attnviz.engine import load_model
+from attnviz.engine.computing.logits import FILL_PASSES
 from attnviz.engine.reading import memory_budget as MB
-from windows import WAIT, wait_for_text
+from safetensors.numpy import load_file, save_file
+from tiny import FIXTURES
+from windows import WAIT, open_window, wait_for_text
 
 
 def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
@@ -53,5 +58,52 @@ def test_the_dialog_shows_the_w_o_grams_the_model_keeps(window, qtbot, monkeypat
     qtbot.waitUntil(lambda: w.state.result.value_norms is not None, timeout=WAIT)
     w.menus.memory_budget_action.trigger()
     c = model.config
-    assert asked[1].endswith(f"Now: {model.weights.layers.describe()}; per-head W_O Grams kept for "
+    assert asked[1].endswith(f"Now: {model.weights.layers.describe()}; also kept: W_O Grams for "
                              f"{c.n_layer} of {c.n_layer} layers ({MB.format_bytes(MB.grams_bytes(c))})")
+
+
+def _now_line(w, monkeypatch) -> str:
+    """The Memory budget dialog's Now line, the dialog cancelled."""
+    asked = []
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: asked.append(a[2]) or ("", False))
+    w.menus.memory_budget_action.trigger()
+    return asked[0].split("\nNow: ", 1)[1]
+
+
+def test_the_dialog_names_the_unembeddings_float32_copy_once_kept(qtbot, settings_path, monkeypatch):
+    """A BF16 Llama's unembedding stays in the file until prediction keeps a float32 copy of it:
+    from then on the Now line names it with its bytes."""
+    w = open_window(qtbot, settings_path, model=str(FIXTURES / "llama_bf16"), text="1, 2, 3")
+    try:
+        w.worker.wait_idle()
+        model = w.state.model
+        c, line = model.config, model.weights.layers.describe()
+        head = model.lm_head()
+        assert head.w_u.rows_held == 0 and _now_line(w, monkeypatch) == line
+        head.w_u.expect_passes(FILL_PASSES + 1)  # as a generation of more steps asks
+        head.logits(np.ones((1, c.d_model), np.float32))
+        assert _now_line(w, monkeypatch) == (f"{line}; also kept: unembedding as float32 "
+                                             f"({MB.format_bytes(4 * c.vocab_size * c.d_model)})")
+    finally:
+        w.worker.wait_idle()
+
+
+def test_the_dialog_names_float32_embeddings_once_and_the_grams(qtbot, settings_path, monkeypatch, tmp_path):
+    """GPT-2 in F16: its embeddings converted to float32 at load, the unembedding tied to them
+    counted once; then Value-weighted's Grams after them."""
+    folder = shutil.copytree(FIXTURES / "gpt2", tmp_path / "f16")
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({k: v.astype(np.float16) for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    w = open_window(qtbot, settings_path, model=str(folder), text="1, 2, 3")
+    try:
+        model = w.state.model
+        c, line = model.config, model.weights.layers.describe()
+        tables = (f"embeddings and tied unembedding as float32 "
+                  f"({MB.format_bytes(4 * (c.vocab_size + c.max_positions) * c.d_model)})")
+        assert _now_line(w, monkeypatch) == f"{line}; also kept: {tables}"
+        w.state.set_value_weighted(True)
+        qtbot.waitUntil(lambda: w.state.result.value_norms is not None, timeout=WAIT)
+        assert _now_line(w, monkeypatch) == (f"{line}; also kept: {tables}, W_O Grams for 2 of 2 "
+                                             f"layers ({MB.format_bytes(MB.grams_bytes(c))})")
+    finally:
+        w.worker.wait_idle()

@@ -145,26 +145,27 @@ def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
                 run_side(labels[1], model, ids_b, make_trace()))
 
 
-def budget_left(a) -> int | None:
+def budget_left(a, grams: int | None = None) -> int | None:
     """What a chosen memory budget (--memory-budget, the window's setting) leaves for a second model
     beside `a`: the budget less what a holds now, its float32 layers, the packed views of a model
-    held in its file's blocks (kernels on) and its W_O Grams (Model.output_grams). None: no budget
-    was chosen, and the second model sizes its own from the memory available, which a's layers and
-    Grams already use."""
+    held in its file's blocks (kernels on) and its W_O Grams (Model.output_grams; `grams`: their
+    bytes as the caller read them, else read here). None: no budget was chosen, and the second
+    model sizes its own from the memory available, which a's layers and Grams already use."""
     chosen = MB.chosen_budget()
     if chosen is None:
         return None
     store = a.weights.layers
     held = getattr(store, "held_bytes", lambda: 0)() + getattr(store, "view_bytes", lambda: 0)()
-    return chosen - held - a.grams_held()
+    return chosen - held - (a.grams_held() if grams is None else grams)
 
 
 def load_second(load: Callable[[int | None], object], a, what: str):
     """Model B beside model `a`: `load(budget)` gets what the memory budget leaves (budget_left).
     Any refusal (the file does not open, the budget holds none of B's layers) comes back as one
     line naming `what` B is and, under a chosen budget, the numbers."""
-    left = budget_left(a)
-    held = f"{a.name}'s layers" + (" and W_O Grams" if a.grams_held() else "")  # (what budget_left counts)
+    grams = a.grams_held()  # read once: a Gram made meanwhile on another thread changes both or neither
+    left = budget_left(a, grams)
+    held = f"{a.name}'s layers" + (" and W_O Grams" if grams else "")  # (what budget_left counts)
     if left is not None and left <= 0:
         raise InputError(f"{what}: the memory budget of {MB.format_bytes(MB.chosen_budget())} is "
                          f"all held by {held}; give a larger --memory-budget for two models")

@@ -146,6 +146,12 @@ class PackedUnembedding:
         """Whether get() has packed the table (or found it cannot be)."""
         return self._pm is not _UNPACKED
 
+    @property
+    def held(self):
+        """The packed copy (qpack.PackedMatrix) where get() has made it, else None; packs nothing."""
+        pm = self._pm
+        return None if pm is _UNPACKED else pm
+
     def get(self):
         if self._pm is _UNPACKED:
             with self._lock:
@@ -219,6 +225,12 @@ class Unembedding:
         self.hold_after = HOLD_AFTER  # whole passes streamed before the copy is kept
         self._kept: np.ndarray | None = None  # [vocab, d_model] float32, once holding
         self._filled = np.zeros(-(-self.shape[0] // VOCAB_BLOCK), bool)  # blocks written in _kept
+
+    @property
+    def kept(self) -> np.ndarray | None:
+        """The float32 table [vocab, d_model] once it is kept (its blocks filled as passes reach
+        them), else None."""
+        return self._kept
 
     @property
     def rows_held(self) -> int:

@@ -13,19 +13,20 @@ from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.computing.families import forward, output_projection
 from attnviz.engine.computing.packed import PACK_PATTERN_BYTES, PACK_ROWS, forward_packed, pack_texts
+from attnviz.engine.computing.kept_memory import kept_besides
 from attnviz.engine.computing.layers import head_grams, head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.longdoc import check_dense, is_long
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
-from attnviz.engine.reading.token_text import plural, quoted
+from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest, kept_positions
 from attnviz.engine.computing.run_result import RunResult, kept_sizes
 from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore
-from attnviz.engine.reading.memory_budget import default_budget, format_bytes, grams_bytes
+from attnviz.engine.reading.memory_budget import default_budget, grams_bytes
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +94,15 @@ class Model:
 
     @property
     def memory(self) -> str | None:
-        """One line: the memory budget and the layers it keeps expanded, and the W_O Grams kept
-        beside them (output_grams), if any (None: not budgeted)."""
-        layers = self.weights.layers
-        if not isinstance(layers, LayerStore):
+        """One line: the memory budget and the layers it keeps expanded, then what the model keeps
+        beside them now, with its bytes (kept_memory.kept_besides: float32 or in-memory tables,
+        the unembedding's copies, the W_O Grams), if any (None: not budgeted)."""
+        weights = self.weights
+        if not isinstance(weights.layers, LayerStore):
             return None
         held = self._grams
-        grams = [] if held is None else [g for g in held[1] if g is not None]
-        if not grams:
-            return layers.describe()
-        return (f"{layers.describe()}; per-head W_O Grams kept for {len(grams)} of "
-                f"{plural(len(held[1]), 'layer')} ({format_bytes(sum(g.nbytes for g in grams))})")
+        also = kept_besides(weights, self._head, None if held is None else list(held[1]))
+        return weights.layers.describe() + (f"; also kept: {', '.join(also)}" if also else "")
 
     def grams_held(self) -> int:
         """Bytes of the W_O Grams this model holds now (output_grams)."""
