@@ -65,7 +65,7 @@ def test_an_encoder_picked_before_its_scores_asks_for_no_top_tokens(qtbot, tmp_p
     assert view.map is None and view.isVisible()
     assert view.empty_text == (
         "No copying map. A head's copying score and the tokens it writes are read through the "
-        "model's unembedding, and all-MiniLM-L6-v2 is an encoder without a language-model head, so it predicts "
+        "model's unembedding, and all-MiniLM-L6-v2 is an encoder, so it predicts "
         "no next token. The composition partners below still apply; open a decoder from the Models "
         "menu for copying.")
     box = view.rect().adjusted(8, 8, -8, -8)

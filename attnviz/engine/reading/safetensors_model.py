@@ -21,7 +21,7 @@ from attnviz.engine.reading.budget import LayerStore
 from attnviz.engine.reading.memory_budget import grams_bytes, resolve_budget
 from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.reading.layout import (
-    Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
+    Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import exists, regular_file
@@ -108,8 +108,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         pos_emb=g("embeddings.position_embeddings.weight", (cfg.max_positions, d)),
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
         emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
-        layers=layers,
-        head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head"),
+        layers=layers,  # (no head: an encoder predicts no next token, whatever its file holds)
     )
 
 
