@@ -277,7 +277,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     out = ("output.weight", lambda: ts.rows("output.weight", (cfg.vocab_size, d)))
     head = read_head(lambda n: ts.get(n, (d,)), ("output_norm.weight",),
                      out if "output.weight" in ts else ("(tied to token_embd.weight)", lambda: tok_emb),
-                     ts.path.name)
+                     ts.path.name, ts.__contains__)
     if plans[-1].gate_up is None and head.missing is None:
         head = Head(head.norm, head.unembed, f"{ts.path.name} has no tensor "
                     f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP)")

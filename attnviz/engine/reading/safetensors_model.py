@@ -139,8 +139,8 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = g("wte.weight", (cfg.vocab_size, d))
-    head = read_head(lambda n: g(n, (d,)), ("ln_f.weight", "ln_f.bias"),
-                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
+    head = read_head(lambda n: ckpt.get(n, (d,)), (p + "ln_f.weight", p + "ln_f.bias"),
+                     _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
                    type_emb=None, emb_norm=None, layers=layers, head=head)
 
@@ -166,7 +166,6 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
     def one(i, g):
         a = f"layers.{i}."
@@ -196,8 +195,8 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
-    head = read_head(lambda n: g(n, (d,)), ("norm.weight",), _unembed(cfg, ckpt, tok_emb, False),
-                     ckpt.files[0].path.name)
+    head = read_head(lambda n: ckpt.get(n, (d,)), (p + "norm.weight",),
+                     _unembed(cfg, ckpt, tok_emb, False), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head)
 
@@ -209,6 +208,12 @@ def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool)
     if tied is True:
         return "(tied to the token embedding)", lambda: tok_emb
     return "lm_head.weight", lambda: ckpt.rows("lm_head.weight", (cfg.vocab_size, cfg.d_model))
+
+
+def _source(ckpt: Checkpoint) -> str:
+    """The checkpoint as a line names what it lacks: its folder, whose shards hold the model's
+    tensors together (a tensor the first shard lacks may be in another)."""
+    return f"the checkpoint in {ckpt.files[0].path.parent.name}/"
 
 
 def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w [n], float32
@@ -226,7 +231,6 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     dq = cfg.n_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight",
                 ("model.", "", "model.language_model.", "language_model.model."))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
     def one(i, g):
         a = f"layers.{i}."
@@ -251,8 +255,8 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
-    head = read_head(lambda n: _gemma_gain(g(n, (d,))), ("norm.weight",),  # gain 1 + w folded too
-                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
+    head = read_head(lambda n: _gemma_gain(ckpt.get(n, (d,))), (p + "norm.weight",),  # 1 + w too
+                     _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head)
 
