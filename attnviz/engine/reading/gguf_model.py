@@ -257,7 +257,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     stored = [t for p in plans for t in _matrix_types(p, ts)] if packing else []
     packed = sum(packed_nbytes(qtype, *shape) for qtype, shape in stored)
     budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes)
-                            + packed + grams_bytes(cfg), budget)  # (+ the W_O Grams it may keep)
+                            + packed, budget, optional_bytes=grams_bytes(cfg))  # (Grams: on demand)
 
     def expand(i, check, view=None):  # (its packed view, if any, from the store: no reference to it)
         if view is None:

@@ -54,10 +54,11 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
         one(i, dry)
         sizes.append(sum(read))
     source = ckpt.files[0].path.name
-    # the embeddings and the head as float32 (at most), and the W_O Grams the model may keep
-    other = ckpt.float32_bytes() - sum(sizes) + grams_bytes(cfg)
+    # the embeddings and the head as float32 (at most); the W_O Grams, made only when asked for
+    other = ckpt.float32_bytes() - sum(sizes)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
-                       sizes, resolve_budget(name or source, sizes, other, budget), source)
+                       sizes, resolve_budget(name or source, sizes, other, budget,
+                                             optional_bytes=grams_bytes(cfg)), source)
     store.expand_kept()  # a model that fits: every layer read and checked at load
     return store
 
