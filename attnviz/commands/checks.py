@@ -176,7 +176,8 @@ def load_for_one_pass(name: str, text: str | None = None):
 
 def prediction_head(model, command: str):
     """The model's unembedding (Model.lm_head) for a command that predicts the next token; a
-    model without one is refused in one line that names a model that has one."""
+    model without one is refused in one line that names a model that has one: a decoder for an
+    encoder, a file that holds them for a decoder whose file lacks its final norm or unembedding."""
     from attnviz.engine.errors import NoPrediction
 
     try:
@@ -184,7 +185,9 @@ def prediction_head(model, command: str):
     except NoPrediction as exc:
         if model.name == WINDOW_MODEL:
             raise
-        raise NoPrediction(f"{exc}; `attnviz {command}` needs a causal language model, such as "
+        needs = ("a causal language model" if not model.config.causal else
+                 "a model whose file holds a usable final norm and unembedding")
+        raise NoPrediction(f"{exc}; `attnviz {command}` needs {needs}, such as "
                            f"--model {WINDOW_MODEL}") from None
 
 

@@ -199,7 +199,7 @@ MISUSE = [
     ("patch-unknown-target", ["patch", *TB, "--clean", "the cat", "--corrupt", "the dog", "--what",
                               "resid", "--target", "the cat"], r"'the cat' is 2 tokens"),
     ("patch-encoder", ["patch", "--model", "all-MiniLM-L6-v2", "--clean", "a", "--corrupt", "b",
-                       "--what", "resid"], r"encoder without a language-model head.*`attnviz patch` needs a causal language model"),
+                       "--what", "resid"], r"is an encoder, so it predicts no next token.*`attnviz patch` needs a causal language model"),
     # -- qk-attribution and circuits
     ("qk-key-after-query", ["qk-attribution", *TB, "--text", "the cat sat", "--layer", "1",
                             "--head", "0", "--query", "1", "--key", "3"], r"key 3 comes after query 1"),

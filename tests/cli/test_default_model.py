@@ -41,7 +41,7 @@ def test_a_command_that_predicts_names_a_model_that_can_on_an_encoder(argv, caps
     assert main([*argv, "--model", "all-MiniLM-L6-v2"]) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "all-MiniLM-L6-v2 is an encoder without a language-model head" in err and f"--model {WINDOW_MODEL}" in err
+    assert "all-MiniLM-L6-v2 is an encoder, so it predicts no next token" in err and f"--model {WINDOW_MODEL}" in err
     assert not (tmp_path / "p.json").exists()
 
 

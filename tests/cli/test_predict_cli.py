@@ -63,11 +63,36 @@ def test_predict_table_on_the_textbook_model(cli):
 
 def test_predict_refuses_in_one_line(cli):
     rc, _, err = cli("predict", "--model", str(FIXTURES / "bert"), "--ids", "2,5,7")
-    assert rc != 0 and "encoder without a language-model head" in err and err.count("\n") == 1
+    assert rc != 0 and "is an encoder, so it predicts no next token" in err and err.count("\n") == 1
     rc, _, err = cli("predict", "--model", GPT2, "--ids", "3,1,4", "--position", "3")
     assert rc != 0 and "outside the 3 tokens" in err
     rc, _, err = cli("predict", "--model", GPT2, "--ids", "3,1,4", "--ablate", "9.0")
     assert rc != 0 and "outside this model's layers" in err
+
+
+def test_a_decoder_whose_file_lacks_its_unembedding_is_not_told_to_use_a_causal_model(cli, tmp_path):
+    """A Llama (causal) whose file has no lm_head.weight: the refusal says what its file lacks and
+    to use a model whose file holds it, not that a causal model is needed."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "nohead"
+    shutil.copytree(FIXTURES / "llama_gqa", folder)
+    t = load_file(folder / "model.safetensors")
+    del t["lm_head.weight"]
+    save_file(t, str(folder / "model.safetensors"))
+    rc, _, err = cli("predict", "--model", str(folder), "--ids", "2,5,7")
+    assert rc != 0 and err.count("\n") == 1
+    assert err.strip().endswith(
+        "nohead predicts no next token because the checkpoint in nohead/ has no unembedding "
+        "lm_head.weight; `attnviz predict` needs a model whose file holds a usable final norm and "
+        "unembedding, such as --model SmolLM2-135M-Instruct"), err
+    assert "causal" not in err
+    rc, _, err = cli("predict", "--model", str(FIXTURES / "bert"), "--ids", "2,5,7")
+    assert rc != 0 and err.strip().endswith(
+        "bert is an encoder, so it predicts no next token; `attnviz predict` needs a causal language "
+        "model, such as --model SmolLM2-135M-Instruct"), err
 
 
 def test_ablation_scan_json_ranks_every_head(cli):

@@ -403,8 +403,10 @@ def test_the_rest_of_a_prepared_buffer_is_given_back():
 
 
 def test_the_refusal_counts_one_layer_and_what_the_model_keeps_besides(monkeypatch):
-    """A model whose largest layer and everything else it keeps (embeddings, packed views, W_O
-    Grams: other_bytes) do not fit is refused with their sum, not named as float32 weights alone."""
+    """A model whose largest layer and everything else it keeps (embeddings, packed views:
+    other_bytes) do not fit is refused with their sum, not named as float32 weights alone; what it
+    makes only when asked (W_O Grams: optional_bytes) is not counted in the refusal, but the
+    default budget leaves room for it."""
     import attnviz.engine.reading.weights as weights
 
     monkeypatch.setattr(weights, "available_memory", lambda: 1 * MB.GIB)
@@ -413,3 +415,10 @@ def test_the_refusal_counts_one_layer_and_what_the_model_keeps_besides(monkeypat
     assert str(err.value) == ("big needs about 1.5 GiB to run even one layer at a time (its largest "
                               "layer expanded to float32 and what the model keeps besides its "
                               "layers), but only 1.0 GiB of memory is available; pick a smaller model")
+    with pytest.raises(ModelLoadError, match="needs about 1.5 GiB"):
+        MB.resolve_budget("big", [MB.GIB // 2], other_bytes=MB.GIB, optional_bytes=MB.GIB)
+    monkeypatch.setattr(weights, "available_memory", lambda: 4 * MB.GIB)
+    small = [MB.GIB // 4]
+    assert MB.resolve_budget("fits", small, MB.GIB // 2, optional_bytes=3 * MB.GIB) == MB.GIB // 4
+    assert MB.resolve_budget("fits", small, MB.GIB // 2, optional_bytes=MB.GIB) == (
+        4 * MB.GIB - MB.GIB // 2 - MB.GIB - MB.HEADROOM)

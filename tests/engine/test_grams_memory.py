@@ -1,5 +1,6 @@
 """The per-head W_O Grams a model keeps (Model.output_grams) in its memory accounting: the default
-budget leaves room for every layer's, at load (safetensors and GGUF) and when a loaded model's
+budget leaves room for every layer's, though no load is refused for them (they are made only when
+asked for), at load (safetensors and GGUF) and when a loaded model's
 budget goes back to auto; the memory line says which are held and their bytes; and the budget a
 chosen one leaves for a second model counts those the first holds, and its refusal names them
 where (and only where) it counted them."""
@@ -63,6 +64,26 @@ def test_the_default_budget_leaves_room_for_every_layers_grams(tmp_path, monkeyp
     monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + besides + total + grams)
     roomy = load_model(path).weights.layers
     assert roomy.budget == total and roomy.kept == full.config.n_layer
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "gguf"])
+def test_a_model_is_not_refused_for_the_grams_it_makes_only_when_asked(tmp_path, monkeypatch, kind):
+    """Memory for its largest layer and what it keeps besides its layers, but not for its Grams too:
+    the model loads (a budget of one layer, the default leaving room for the Grams); with less than
+    the layer and the rest, it is refused, the line naming what it counts."""
+    path = FIXTURES / "llama_gqa" if kind == "safetensors" else _gguf(tmp_path)
+    full = load_model(path, budget=None)
+    store = full.weights.layers
+    besides = (_besides_safetensors if kind == "safetensors" else _besides_gguf)(path, store)
+    largest, grams = max(store.sizes), grams_bytes(full.config)
+    monkeypatch.setattr(weights, "available_memory", lambda: largest + besides + grams // 2)
+    model = load_model(path)
+    assert model.weights.layers.budget == largest
+    assert model.run(ids=IDS, request=VALUES).attentions.shape[0] == full.config.n_layer
+    monkeypatch.setattr(weights, "available_memory", lambda: largest + besides - 1)
+    with pytest.raises(ModelLoadError, match="its largest layer expanded to float32 and what the "
+                                             "model keeps besides its layers"):
+        load_model(path)
 
 
 def test_auto_on_a_loaded_model_leaves_room_for_the_grams_not_made_yet(monkeypatch):

@@ -40,7 +40,7 @@ def family(request):
 def test_families_without_an_lm_head_are_refused_saying_why():
     model = load_model(FIXTURES / "bert")
     clean, corrupt = texts(model)
-    with pytest.raises(InputError, match="encoder without a language-model head, so it predicts no next token, and patching measures how the next token's prediction changes"):
+    with pytest.raises(InputError, match="is an encoder, so it predicts no next token, and patching measures how the next token's prediction changes"):
         PT.patch(model, clean, corrupt, "resid")
 
 

@@ -3,6 +3,9 @@ computation from the weights, the lens's last layer is the prediction, each fami
 to the logit difference, a model without a head says why in one line; ablation and knockout
 recompute from the changed layer, and the scan ranks heads by the loss they save."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -109,9 +112,9 @@ def test_the_textbook_model_predicts_with_its_tied_embedding(tmp_path):
 
 def test_a_model_without_a_head_says_why_in_one_line(tmp_path):
     bert = load_model(FIXTURES / "bert")
-    with pytest.raises(NoPrediction, match="encoder without a language-model head") as err:
+    with pytest.raises(NoPrediction) as err:
         bert.lm_head()
-    assert "\n" not in str(err.value)
+    assert str(err.value) == "bert is an encoder, so it predicts no next token"
     cfg = llama_config(n_layer=1)
     t = llama_tensors(cfg)
     del t["model.norm.weight"]
@@ -127,6 +130,28 @@ def test_a_model_without_a_head_says_why_in_one_line(tmp_path):
     t["lm_head.weight"][4, 2] = np.nan
     with pytest.raises(NoPrediction, match="lm_head.weight"):
         load_model(write_model(tmp_path / "nan", cfg, t)).lm_head()
+
+
+def test_an_encoder_whose_file_holds_an_mlm_head_is_not_said_to_lack_one(tmp_path):
+    """A BERT checkpoint may carry its masked-LM head (cls.predictions.*): it still predicts no next
+    token, because it is an encoder, and the line says that, not that it lacks a head."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "bert_mlm"
+    shutil.copytree(FIXTURES / "bert", folder)
+    t = load_file(folder / "model.safetensors")
+    cfg = json.loads((folder / "config.json").read_text())
+    d, v = cfg["hidden_size"], cfg["vocab_size"]
+    t.update({"cls.predictions.bias": np.zeros(v, np.float32),
+              "cls.predictions.transform.dense.weight": np.eye(d, dtype=np.float32),
+              "cls.predictions.transform.dense.bias": np.zeros(d, np.float32),
+              "cls.predictions.transform.LayerNorm.weight": np.ones(d, np.float32),
+              "cls.predictions.transform.LayerNorm.bias": np.zeros(d, np.float32),
+              "cls.predictions.decoder.weight": np.ones((v, d), np.float32)})
+    save_file(t, str(folder / "model.safetensors"))
+    with pytest.raises(NoPrediction) as err:
+        load_model(folder).lm_head()
+    assert str(err.value) == "bert_mlm is an encoder, so it predicts no next token"
 
 
 def test_vocab_tokens_and_positions_are_checked(models):

@@ -23,10 +23,15 @@ class _Result:  # what why_view reads of a window's result
         self.input_ids = list(ids)
 
 
-def _lists(model, layer, head, q, k):
+def _view(model, layer, head, q, k):
     r = model.run(ids=IDS, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
     a = Q.qk_attribution(model, r.trace, layer, head, q, k)
-    return a, why.sections(why.why_view(a, model=model.name, result=_Result(IDS)))
+    return a, why.why_view(a, model=model.name, result=_Result(IDS))
+
+
+def _lists(model, layer, head, q, k):
+    a, view = _view(model, layer, head, q, k)
+    return a, why.sections(view)
 
 
 def _check(a, secs):
@@ -44,10 +49,31 @@ def _check(a, secs):
             assert sec.rows[-1] is rest[0]
 
 
-@pytest.mark.parametrize("left, label", [(1, "the other 1 pair"), (33116, "the other 33,116 pairs")])
-def test_the_rest_row_counts_what_it_leaves_out_in_words(left, label):
-    shown = [why.Row("L0 H0 · L0 H1", 2.0, 0.5, ())]
-    assert [r.label for r in why._rest(shown, 4.0, left + 1, "pair")] == [label]
+def _rest_texts(secs) -> list[str]:  # each list's last row as the panel and the figure write it
+    return [why.row_text(s.rows[-1]) for s in secs]
+
+
+def test_the_rest_row_of_one_part_says_one_in_words():
+    """Lists one row short of every part: the rest row says "the other 1 pair" and "the other 1
+    component", singular."""
+    a, view = _view(load_model(FIXTURES / "gpt2"), 1, 0, 9, 2)
+    n = len(a.components)
+    secs = why.sections(view, pairs=n * n - 1, side=n - 1)
+    assert [s.rows[-1].label for s in secs] == ["the other 1 pair", "the other 1 component",
+                                                "the other 1 component"]
+    assert [t.split("  ")[0] for t in _rest_texts(secs)] == [s.rows[-1].label for s in secs]
+
+
+def test_the_rest_row_counts_thousands_with_a_comma(smollm2):
+    """SmolLM2's 182 parts: the pair list (why.PAIRS rows) leaves out 182² − PAIRS pairs, written
+    with a thousands comma."""
+    a, view = _view(smollm2, 18, 6, 9, 2)
+    n = len(a.components)
+    assert n * n - why.PAIRS >= 1000
+    secs = why.sections(view)
+    label = f"the other {n * n - why.PAIRS:,} pairs"
+    assert "," in label and secs[0].rows[-1].label == label
+    assert _rest_texts(secs)[0].startswith(label + "  ")
 
 
 @pytest.mark.parametrize("layer", [0, 1])

@@ -65,7 +65,7 @@ def test_an_encoder_picked_before_its_scores_asks_for_no_top_tokens(qtbot, tmp_p
     assert view.map is None and view.isVisible()
     assert view.empty_text == (
         "No copying map. A head's copying score and the tokens it writes are read through the "
-        "model's unembedding, and all-MiniLM-L6-v2 is an encoder without a language-model head, so it predicts "
+        "model's unembedding, and all-MiniLM-L6-v2 is an encoder, so it predicts "
         "no next token. The composition partners below still apply; open a decoder from the Models "
         "menu for copying.")
     box = view.rect().adjusted(8, 8, -8, -8)
@@ -88,3 +88,37 @@ def test_a_decoder_picked_before_its_scores_shows_what_the_head_writes_once_they
     top = C.ov_top(st.model, 1, 0, int(st.result.input_ids[1]), 10)
     assert f"'{top[0][1]}'" in panel.ov.text()
     w.worker.wait_idle()
+
+
+def test_a_decoder_whose_file_lacks_its_unembedding_is_told_what_is_missing(qtbot, tmp_path):
+    """A Llama whose file has no lm_head.weight: no copying map, and the tab says the file lacks
+    the unembedding and to open a model that has one, not to open a decoder (it is one)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    from tiny import FIXTURES
+
+    folder = tmp_path / "nohead"
+    shutil.copytree(FIXTURES / "llama_gqa", folder)
+    t = load_file(folder / "model.safetensors")
+    del t["lm_head.weight"]
+    save_file(t, str(folder / "model.safetensors"))
+    w = open_window(qtbot, tmp_path / "n.ini", model=str(folder), text="5, 17, 3", panels=("why",))
+    panel = w.circuits_panel
+    w.circuits_dock.show()
+    w.circuits_dock.raise_()
+    qtbot.waitUntil(lambda: w.circuits_jobs.circuits is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    drain_events()
+    view = panel.map_view
+    assert view.map is None and view.isVisible()
+    assert view.empty_text == (
+        "No copying map. A head's copying score and the tokens it writes are read through the "
+        "model's unembedding, and nohead predicts no next token because the checkpoint in nohead/ "
+        "has no unembedding lm_head.weight. The composition partners below still apply; for "
+        "copying, open a model whose file holds a usable final norm and unembedding, from the "
+        "Models menu.")
+    assert "decoder" not in view.empty_text
+    box = view.rect().adjusted(8, 8, -8, -8)
+    flags = Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap
+    assert box.contains(view.fontMetrics().boundingRect(box, flags, view.empty_text))

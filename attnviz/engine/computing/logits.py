@@ -82,8 +82,7 @@ def build_head(model, pack: bool = True) -> LMHead:
     non-finite values in them."""
     cfg, h = model.config, model.weights.head
     if not cfg.causal:
-        raise NoPrediction(f"{model.name} is an encoder without a language-model head, so it predicts "
-                           "no next token")
+        raise NoPrediction(f"{model.name} is an encoder, so it predicts no next token")
     if h is None or not FAMILY[cfg.family].pre_norm:
         raise NoPrediction(f"attnviz reads no final norm or unembedding for a {cfg.model_type} model, "
                            f"so {model.name} predicts no next token")

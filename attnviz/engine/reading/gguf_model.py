@@ -257,7 +257,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     stored = [t for p in plans for t in _matrix_types(p, ts)] if packing else []
     packed = sum(packed_nbytes(qtype, *shape) for qtype, shape in stored)
     budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes)
-                            + packed + grams_bytes(cfg), budget)  # (+ the W_O Grams it may keep)
+                            + packed, budget, optional_bytes=grams_bytes(cfg))  # (Grams: on demand)
 
     def expand(i, check, view=None):  # (its packed view, if any, from the store: no reference to it)
         if view is None:
@@ -277,7 +277,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     out = ("output.weight", lambda: ts.rows("output.weight", (cfg.vocab_size, d)))
     head = read_head(lambda n: ts.get(n, (d,)), ("output_norm.weight",),
                      out if "output.weight" in ts else ("(tied to token_embd.weight)", lambda: tok_emb),
-                     ts.path.name)
+                     ts.path.name, ts.__contains__)
     if plans[-1].gate_up is None and head.missing is None:
         head = Head(head.norm, head.unembed, f"{ts.path.name} has no tensor "
                     f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP)")

@@ -50,9 +50,9 @@ class Layer:
 class Head:
     """What turns the residual stream into next-token logits: the final norm and the unembedding
     W_U [vocab, d_model] (rows = tokens; the token embedding itself when tied). `missing`: one
-    clause naming what the file lacks or holds broken ("m.gguf has no final norm (...)"), when
-    `norm` or `unembed` is None; prediction refuses with "<model> predicts no next token because
-    <missing>"."""
+    clause naming what the file lacks or holds broken ("m.gguf has no final norm output_norm.weight",
+    "its unembedding lm_head.weight has shape [...], but ..."), when `norm` or `unembed` is
+    None; prediction refuses with "<model> predicts no next token because <missing>"."""
     norm: tuple | None  # (gain, bias) or (gain,)
     unembed: object | None  # [vocab, d_model]: an array, a memory map or GGUF QuantRows
     missing: str | None = None
@@ -78,20 +78,39 @@ def cat_bias(parts):
     return np.concatenate(parts).astype(np.float32)
 
 
-def read_head(get, norm_names: tuple[str, ...], unembed: tuple[str, object], source: str) -> Head:
+def read_head(get, norm_names: tuple[str, ...], unembed: tuple[str, object], source: str,
+              present) -> Head:
     """The final norm (its tensors named `norm_names`, read with `get(name)`) and the unembedding
     (`unembed`: (its name, a zero-argument reader)). A missing or broken tensor leaves the model
-    usable for attention: Head.missing names it and prediction refuses with that line."""
-    try:
-        norm = tuple(np.array(get(n)) for n in norm_names)
-    except ModelLoadError as exc:
-        return Head(None, None, f"{source} has no final norm ({_one_line(exc)})")
+    usable for attention: Head.missing names it and prediction refuses with that line. A tensor
+    the model's weights lack (`present(name)` false) is said to be missing from `source` (a GGUF
+    file, a safetensors checkpoint's folder, whose shards hold it together); one they hold that
+    cannot be used (its shape, type or values) is said to be unusable, and why."""
+    norm = []
+    for n in norm_names:
+        try:
+            norm.append(np.array(get(n)))
+        except ModelLoadError as exc:
+            return Head(None, None, _why("final norm", n, source, present, exc))
     name, read = unembed
     try:
         w_u = read()
     except ModelLoadError as exc:
-        return Head(norm, None, f"{source} has no unembedding {name} ({_one_line(exc)})")
-    return Head(norm, w_u)
+        return Head(tuple(norm), None, _why("unembedding", name, source, present, exc))
+    return Head(tuple(norm), w_u)
+
+
+def _why(what: str, name: str, source: str, present, exc: ModelLoadError) -> str:
+    """One clause on why tensor `name` (the model's `what`) is of no use: "<source> has no final
+    norm model.norm.weight", or "its final norm model.norm.weight has shape [63], but ..." from
+    the loader's line on the tensor ("tensor model.norm.weight has shape ...")."""
+    if not present(name):
+        return f"{source} has no {what} {name}"
+    line = _one_line(exc)
+    at = line.find(f"tensor {name}")
+    if at < 0:
+        return f"its {what} {name} cannot be read ({line})"
+    return f"its {what} {name}{line[at + len(f'tensor {name}'):]}"
 
 
 def _one_line(exc: Exception) -> str:

@@ -69,7 +69,8 @@ def available_memory() -> int | None:
 def grams_bytes(cfg) -> int:
     """Bytes of a model's per-head W_O Grams, every layer's (float32 [n_head, d_head, d_head] a
     layer), which it makes when value norms, head shares or the anatomy first ask for them
-    (Model.output_grams) and keeps beside its layers: part of what it needs besides its layers."""
+    (Model.output_grams) and keeps beside its layers: the default budget leaves room for them,
+    but a load is not refused for them (resolve_budget's optional_bytes)."""
     return 4 * cfg.n_layer * cfg.n_head * cfg.d_head * cfg.d_head
 
 
@@ -83,10 +84,13 @@ def default_budget(other_bytes: int = 0) -> int | None:
 
 
 def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
-                   budget: int | None = None) -> int | None:
+                   budget: int | None = None, optional_bytes: int = 0) -> int | None:
     """The budget a model loads with: `budget`, else the one set_memory_budget chose, else the
     default. Refuses, with the numbers, a model that cannot run one layer within it (chosen) or
-    within the memory available (default). None: no limit."""
+    within the memory available (default): its largest layer and what it keeps besides its
+    layers (`other_bytes`). `optional_bytes`: what it makes only when asked (the W_O Grams,
+    grams_bytes), which the default budget leaves room for but no load is refused for. None: no
+    limit."""
     largest = max(layer_bytes, default=0)
     budget = budget if budget is not None else _chosen
     if budget is not None:
@@ -104,4 +108,4 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
             f"{name} needs about {need / GIB:.1f} GiB to run even one layer at a time (its largest "
             f"layer expanded to float32 and what the model keeps besides its layers), but only "
             f"{have / GIB:.1f} GiB of memory is available; pick a smaller model")
-    return max(largest, default_budget(other_bytes))
+    return max(largest, default_budget(int(other_bytes) + int(optional_bytes)))

@@ -21,7 +21,7 @@ from attnviz.engine.reading.budget import LayerStore
 from attnviz.engine.reading.memory_budget import grams_bytes, resolve_budget
 from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.reading.layout import (
-    Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
+    Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import exists, regular_file
@@ -54,10 +54,11 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
         one(i, dry)
         sizes.append(sum(read))
     source = ckpt.files[0].path.name
-    # the embeddings and the head as float32 (at most), and the W_O Grams the model may keep
-    other = ckpt.float32_bytes() - sum(sizes) + grams_bytes(cfg)
+    # the embeddings and the head as float32 (at most); the W_O Grams, made only when asked for
+    other = ckpt.float32_bytes() - sum(sizes)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
-                       sizes, resolve_budget(name or source, sizes, other, budget), source)
+                       sizes, resolve_budget(name or source, sizes, other, budget,
+                                             optional_bytes=grams_bytes(cfg)), source)
     store.expand_kept()  # a model that fits: every layer read and checked at load
     return store
 
@@ -108,8 +109,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         pos_emb=g("embeddings.position_embeddings.weight", (cfg.max_positions, d)),
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
         emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
-        layers=layers,
-        head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head"),
+        layers=layers,  # (no head: an encoder predicts no next token, whatever its file holds)
     )
 
 
@@ -140,8 +140,8 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = g("wte.weight", (cfg.vocab_size, d))
-    head = read_head(lambda n: g(n, (d,)), ("ln_f.weight", "ln_f.bias"),
-                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
+    head = read_head(lambda n: ckpt.get(n, (d,)), (p + "ln_f.weight", p + "ln_f.bias"),
+                     _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
                    type_emb=None, emb_norm=None, layers=layers, head=head)
 
@@ -167,7 +167,6 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
     def one(i, g):
         a = f"layers.{i}."
@@ -197,8 +196,8 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
-    head = read_head(lambda n: g(n, (d,)), ("norm.weight",), _unembed(cfg, ckpt, tok_emb, False),
-                     ckpt.files[0].path.name)
+    head = read_head(lambda n: ckpt.get(n, (d,)), (p + "norm.weight",),
+                     _unembed(cfg, ckpt, tok_emb, False), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head)
 
@@ -210,6 +209,12 @@ def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool)
     if tied is True:
         return "(tied to the token embedding)", lambda: tok_emb
     return "lm_head.weight", lambda: ckpt.rows("lm_head.weight", (cfg.vocab_size, cfg.d_model))
+
+
+def _source(ckpt: Checkpoint) -> str:
+    """The checkpoint as a line names what it lacks: its folder, whose shards hold the model's
+    tensors together (a tensor the first shard lacks may be in another)."""
+    return f"the checkpoint in {ckpt.files[0].path.parent.name}/"
 
 
 def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w [n], float32
@@ -227,7 +232,6 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     dq = cfg.n_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight",
                 ("model.", "", "model.language_model.", "language_model.model."))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
     def one(i, g):
         a = f"layers.{i}."
@@ -252,8 +256,8 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
-    head = read_head(lambda n: _gemma_gain(g(n, (d,))), ("norm.weight",),  # gain 1 + w folded too
-                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
+    head = read_head(lambda n: _gemma_gain(ckpt.get(n, (d,))), (p + "norm.weight",),  # 1 + w too
+                     _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head)
 

@@ -89,8 +89,7 @@ class CircuitsPanel(QWidget):
         self.note.setVisible(bool(self.note.text()))
         self.map_view.set_map(None if v is None else fig.copying_map(v))
         if v is not None and v.copying is None:
-            self.map_view.empty_text = (f"{v.no_map()} The composition partners below still apply; "
-                                        "open a decoder from the Models menu for copying.")
+            self.map_view.empty_text = f"{v.no_map()} The composition partners below still apply; {_to_copy(st.model)}"
         self.export_button.setEnabled(v is not None)
         self._draw_lines()
         self._on_pick()
@@ -152,3 +151,12 @@ class CircuitsPanel(QWidget):
             return []
         self.state.show_status(f"Exported {written[0]}")
         return written
+
+
+def _to_copy(model) -> str:
+    """What to open for a copying map: a decoder, for an encoder; for a decoder whose file lacks
+    (or holds unusable) its final norm or unembedding, a model whose file holds them."""
+    if model is None or not model.config.causal:
+        return "open a decoder from the Models menu for copying."
+    return ("for copying, open a model whose file holds a usable final norm and unembedding, from "
+            "the Models menu.")

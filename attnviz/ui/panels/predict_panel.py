@@ -163,8 +163,8 @@ class PredictPanel(QWidget):
         model = st.model
         if a is None or model is None:
             if model is not None and not model.config.causal and not eff.note:
-                note = (f"<span style='color:{WARNING}'>{html.escape(model.name)} is an encoder "
-                        "without a language-model head, so it predicts no next token.</span>")
+                note = (f"<span style='color:{WARNING}'>{html.escape(model.name)} is an encoder, "
+                        "so it predicts no next token.</span>")
             self.header.setText(note.removeprefix("<br>") or "The prediction follows each result.")
             _fill(self.top_table, [])
             _fill(self.lens_table, [])
