@@ -378,11 +378,13 @@ class Shown:
             return no_weight_rows(self._shown()[layer][heads, a:b])  # (the hidden key: 0)
         return ~(self._row_totals(layer, heads, a, b, stop) > 0)
 
-    def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
-        """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell
-        a pooled pixel shows, in a defined row (the pixel pools those alone: pooled_undefined)."""
+    def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int,
+                           key_pool: int | None = None) -> tuple[int, int]:
+        """(q, k) of the largest shown weight in the pool x key_pool block (None: pool x pool)
+        starting at (q0, k0): the cell a pooled pixel shows, in a defined row (the pixel pools those
+        alone: pooled_undefined)."""
         lo = max(k0, int(self.key_pos[0]) if len(self.key_pos) else 0)
-        q1, k1 = min(self.n_tok, q0 + pool), min(self.n_tok, k0 + pool)
+        q1, k1 = min(self.n_tok, q0 + pool), min(self.n_tok, k0 + (pool if key_pool is None else key_pool))
         if q1 <= q0 or k1 <= lo:
             return q0, k0
         block = self.rows(layer, q0, q1, [head], (lo, k1))[0]

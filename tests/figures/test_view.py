@@ -126,6 +126,23 @@ def test_pooling_keeps_every_blocks_largest_weight(shape, p):
     np.testing.assert_array_equal(max_pool(x, p), expect)
 
 
+@pytest.mark.parametrize("shape,p,pk", [((7, 10), 2, 3), ((2, 9, 5), 4, 1), ((6, 6), 1, 4)])
+def test_pooling_rows_and_keys_apart_keeps_every_blocks_largest_weight(shape, p, pk):
+    """(The focus view pools query rows to its height and keys to its width.)"""
+    x = np.random.default_rng(sum(shape)).random(shape).astype(np.float32)
+    n_q, n_k = -(-shape[-2] // p), -(-shape[-1] // pk)
+    padded = np.zeros((*shape[:-2], n_q * p, n_k * pk), np.float32)
+    padded[..., :shape[-2], :shape[-1]] = x
+    expect = padded.reshape(*shape[:-2], n_q, p, n_k, pk).max(axis=(-3, -1))
+    np.testing.assert_array_equal(max_pool(x, p, pk), expect)
+
+
+def test_the_strongest_cell_of_a_block_of_rows_and_keys_apart():
+    attn = random_attn(T=9)
+    q, k = Shown(result(attn)).strongest_in_block(1, 2, 2, 3, 2, 4)  # rows 2..3, keys 3..6
+    assert 2 <= q < 4 and 3 <= k < 7 and attn[1, 2, q, k] == attn[1, 2, 2:4, 3:7].max()
+
+
 def test_window_edge_follows_the_mask():
     """Left of the edge are exactly the keys a causal window of W masks (q - k >= W); no edge
     while the text fits in the window."""

@@ -71,19 +71,21 @@ def value_weighted(att: np.ndarray, norms: np.ndarray) -> np.ndarray:
     return reweigh(att, norms, key_totals(att, norms))
 
 
-def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [..., n_q, n_k] -> [..., ceil(n_q/p), ceil(n_k/p)]
-    """Largest value in each p x p block, so a pattern drawn smaller than its cells keeps every
-    peak. The last block row / column takes what is left (the same as zero padding for weights,
-    which are >= 0). p = 1 returns x itself."""
+def max_pool(x: np.ndarray, p: int, pk: int | None = None) -> np.ndarray:  # [..., n_q, n_k] -> [..., ceil(n_q/p), ceil(n_k/pk)]
+    """Largest value in each p x pk block (p rows, pk keys; pk None: p), so a pattern drawn smaller
+    than its cells keeps every peak. The last block row / column takes what is left (the same as
+    zero padding for weights, which are >= 0). p = pk = 1 returns x itself."""
     x = np.asarray(x)
-    if p <= 1:
+    pk = p if pk is None else pk
+    if p <= 1 and pk <= 1:
         return x
     *lead, n_q, n_k = x.shape
-    fq, fk = n_q // p * p, n_k // p * p
+    p, pk = max(1, p), max(1, pk)
+    fq, fk = n_q // p * p, n_k // pk * pk
     rows = x[..., :fq, :].reshape(*lead, n_q // p, p, n_k).max(axis=-2)  # [..., n_q // p, n_k]
     if fq < n_q:
         rows = np.concatenate([rows, x[..., fq:, :].max(axis=-2, keepdims=True)], axis=-2)
-    out = rows[..., :fk].reshape(*lead, rows.shape[-2], n_k // p, p).max(axis=-1)
+    out = rows[..., :fk].reshape(*lead, rows.shape[-2], n_k // pk, pk).max(axis=-1)
     if fk < n_k:
         out = np.concatenate([out, rows[..., fk:].max(axis=-1, keepdims=True)], axis=-1)
     return out

@@ -1,5 +1,6 @@
 """The focus view: one head, large, with the tokens on both axes (queries down the left, top to
-bottom; keys across the top, left to right), the state's overlay, and the picked query row."""
+bottom; keys across the top, left to right), the state's overlay, and the picked query row; pooled
+where its pane has fewer pixels than the text has tokens (focus_fit.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attnviz.engine.computing.patterns import group_size, head_title, no_weight_rows
+from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
 from attnviz.ui.views.compute_figures import tokens
 from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
+from attnviz.ui.views.focus_fit import PAD, Picture, axis_pool, painted_index, picture
 from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
 )
@@ -153,6 +155,8 @@ class FocusView(QWidget):
         self.cell_rect.hide()
         self.plot.addItem(self.cell_rect)
         self._T = -1
+        self.picture: Picture | None = None  # what the image shows, pooled for the view box's size
+        self._extent: tuple[int, int] | None = None  # the picture's (keys, rows) the view's range fits
         self._drawn_preview = None  # what the image shows when it was drawn from a preview
         self._bar: tuple | None = None  # what the colour bar shows (update_bar)
         self._k0 = 0  # first key column drawn: 1 with Hide first token
@@ -195,6 +199,7 @@ class FocusView(QWidget):
             if self._T == -1:
                 return  # already empty: nothing to repaint while the user types
             self._T = -1
+            self.picture = self._extent = None
             self._clear()
             self.overlay.clear()
             self.query_rect.hide()
@@ -212,26 +217,38 @@ class FocusView(QWidget):
             self._draw_overlay()
             self._draw_query()
             return
-        region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
         top = float(shown.tops(st.scale_mode, [layer], [head])[0, 0])
-        k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
-        self._k0 = k0  # (and has no label)
-        values = region.values[0, 0]
-        if shown.hide_first:  # a row with no weight left (0/0): blank (NaN), as exports leave it
-            values = np.where(no_weight_rows(values)[:, None], np.float32(np.nan), values)
-        self.img.setImage(values, autoLevels=False)
-        self.img.setRect(QRectF(k0, 0, T - k0, T))
+        self._T = T
+        self._draw_picture()
         self._bar = update_bar(self.cbar, self._bar, (0.0, top), bar_label(shown.weighted), st.colormap)
         self.cbar.setOpacity(1.0)
         self._draw_title()
-        if T != self._T:
-            self._T = T
-            self.vb.setRange(QRectF(0, 0, max(T, 1), max(T, 1)), padding=0.01)
         self._set_ticks()
         self._draw_overlay()
-        self._draw_query()
         self._draw_window(layer, T)
+
+    def _pools(self, T: int) -> tuple[int, int]:  # (query rows, keys) a pixel in the view box as it is
+        return axis_pool(T, self.vb.height()), axis_pool(T, self.vb.width())
+
+    def _draw_picture(self) -> None:
+        """The focused head's picture, pooled for the view box's size (focus_fit): each of its
+        pixels painted on a screen pixel of its own, so no row or column is left out; the query's
+        outline and the marked cell's frame on the pixels that hold them."""
+        shown = self.state.on_screen()[0]
+        layer, head = self._head()
+        region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
+        k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
+        self._k0 = k0  # (and has no label)
+        # (a row with no weight left under Hide first token (0/0): blank (NaN), as exports leave it)
+        pic = self.picture = picture(region.values[0, 0], k0, shown.hide_first, *self._pools(shown.n_tok))
+        self.img.setImage(pic.values, autoLevels=False)
+        self.img.setRect(QRectF(*pic.rect()))
+        if pic.extent != self._extent:
+            self._extent = pic.extent
+            self.vb.setRange(QRectF(0, 0, *(max(v, 1) for v in pic.extent)), padding=PAD)
+        self._draw_query()
+        self._draw_cell()
 
     def _draw_title(self, *_) -> None:
         """The focused head's title: `L3 H1 · KV 0 · badge · ...` (a new badge changes only this)."""
@@ -297,7 +314,12 @@ class FocusView(QWidget):
         would take it back to the size before (a size between two spacings), both sizes' smaller
         sides choose them, and they fit either."""
         size = (self.vb.width(), self.vb.height())
-        if self._head() is None or self._measured[-1:] == [size]:
+        if self._head() is None:
+            return
+        pic = self.picture
+        if pic is not None and (pic.pool, pic.key_pool) != self._pools(self._T):
+            self._draw_picture()  # pooled again for the new size (the labels do not depend on it)
+        if self._measured[-1:] == [size]:
             return
         if len(self._measured) == 2 and self._measured[0] == size:
             self._set_ticks(tuple(map(min, *self._measured)))
@@ -349,27 +371,51 @@ class FocusView(QWidget):
         if q is None or self._head() is None or q >= self._T:
             self.query_rect.hide()
             return
-        self.query_rect.setRect(QRectF(0, q, self._T, 1))
+        pic = self.picture  # (the row of pixels that holds the query's row: its block, pooled)
+        self.query_rect.setRect(QRectF(0, q, self._T, 1) if pic is None else
+                                QRectF(0, pic.block(q, 0)[1], pic.extent[0], pic.pool))
         self.query_rect.show()
 
     def _draw_cell(self, *_) -> None:
         """Frame the state's marked cell while this view shows its head."""
         st, c = self.state, self.state.marked_cell
         on = c is not None and st.focus == c[:2] and st.result is not None
-        if on:
-            self.cell_rect.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
+        if on:  # x: key column, y: query row (pooled: the pixel that holds it)
+            self.cell_rect.setRect(QRectF(*(self.picture.block(c[2], c[3]) if self.picture is not None
+                                            else (c[3], c[2], 1, 1))))
         self.cell_rect.setVisible(on)
 
     def cell_at(self, x: float, y: float):
-        lh = self._head()
-        if lh is None or not (0 <= x < self._T and 0 <= y < self._T):
+        """(layer, head, q, k) of the cell whose value the picture shows at view point (x, y) in
+        tokens: pooled, its block's largest weight (Shown.strongest_in_block); None off it."""
+        lh, pic = self._head(), self.picture
+        if lh is None or pic is None or not (0 <= x < pic.extent[0] and 0 <= y < pic.extent[1]):
             return None
-        return (*lh, int(y), int(x))
+        q, k = int(y), int(x)
+        if not pic.pooled:
+            return (*lh, q, k)
+        k0, q0, pk, pq = pic.block(q, k)
+        return (*lh, *self.state.on_screen()[0].strongest_in_block(*lh, q0, k0, pq, pk))
+
+    def _painted_point(self, scene_pos) -> QPointF:
+        """The view point, in tokens, at the centre of the picture pixel painted on the screen pixel
+        under `scene_pos` (focus_fit.painted_index): near a pixel's edge the pointer reads the block
+        that pixel shows, not its neighbour. (Off the picture: where its pixels would lie.)"""
+        pic = self.picture
+        if pic is None:
+            return self.vb.mapSceneToView(scene_pos)
+        t, dpr = self.gw.viewportTransform(), self.gw.devicePixelRatioF()  # (painted in device pixels)
+        at, box = t.map(QPointF(scene_pos)) * dpr, t.mapRect(self.img.sceneBoundingRect())
+        n_rows, n_cols = pic.values.shape
+        j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, n_cols)
+        i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, n_rows)
+        x, y, w, h = pic.rect()
+        return QPointF(x + (j + 0.5) * w / n_cols, y + (i + 0.5) * h / n_rows)
 
     def _on_mouse_moved(self, scene_pos):
         if not self.vb.sceneBoundingRect().contains(scene_pos):
             return
-        p = self.vb.mapSceneToView(scene_pos)
+        p = self._painted_point(scene_pos)
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return
@@ -383,7 +429,7 @@ class FocusView(QWidget):
                 st.show_status(text)
 
     def _on_mouse_clicked(self, ev):
-        p = self.vb.mapSceneToView(ev.scenePos())
+        p = self._painted_point(ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
         if cell is None or self.state.on_screen()[1]:  # a query is a position in the whole result
             return
