@@ -244,46 +244,64 @@ def word_tokens(result, word: str) -> list[int]:
 
 def _find_positions(sample: Sample, result) -> tuple[int, int]:
     """The query and key positions of a Find sample's two words: each the one token the model reads
-    it as. InputError, saying what the user can do, where the model splits a word into pieces (Find
-    takes a piece), reads it inside a longer token, or does not know it (a token that does not spell
-    it: <|unk|>); a run whose tokens do not map to the text (no offsets) uses Find's own lookup."""
+    it as where the text has it whole, once (word_tokens). InputError, saying what the user can do,
+    where the model splits a word into pieces (Find takes a piece), reads it inside a longer token,
+    or does not know it (a token that does not spell it: <|unk|>). A word not in the text whole
+    once (a token's label, `<E6 9D>`), or a run without offsets, goes by Find's own lookup."""
     frm, to = sample.find
-    if not getattr(result, "offsets", None) or len(result.offsets) != len(result.labels):
-        try:  # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
-            return resolve_token(result, frm), resolve_token(result, to)
-        except InputError as exc:  # (the sample's words, not the user's: say whose tokens miss them)
-            raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, words this model "
-                             f"does not read as one token each here: {exc}") from None
     labels, raw = list(result.labels), list(getattr(result, "tokens", result.labels))
-    words = (frm, to)
-    found = [word_tokens(result, w) for w in words]
+    offsets = getattr(result, "offsets", None)
+
+    def spans(word):  # word_tokens' positions, or None where Find's lookup takes the word
+        if not offsets or len(offsets) != len(labels):
+            return None
+        try:
+            return word_tokens(result, word)
+        except InputError:
+            return None
 
     def reads(word, pos) -> tuple[str, bool]:
         """How the model reads `word` ("" where as one token of its own), and whether as a token
         that does not spell it."""
+        if pos is None:
+            return "", False
         if len(pos) > 1:
             return f"{quoted(word)} as {tokens(len(pos))} ({', '.join(f'{labels[i]}@{i}' for i in pos)})", False
         i = pos[0]
-        if "".join(result.text[slice(*result.offsets[i])].split()).lower() != word.lower():
+        if "".join(result.text[slice(*offsets[i])].split()).lower() != word.lower():
             return f"{quoted(word)} only within the token {labels[i]}@{i}", False
         if word.lower() not in (plain(labels[i]).lower(), plain(str(raw[i])).lower()):
             return f"{quoted(word)} as {labels[i]}@{i}, a token that does not spell it", True
         return "", False
+    words = (frm, to)
+    found = [spans(w) for w in words]
     said = [reads(w, f) for w, f in zip(words, found)]
-    if not any(x for x, _ in said):
-        return found[0][0], found[1][0]
-    unknown = [w for w, (_, unk) in zip(words, said) if unk]
-    if unknown:
-        then = (f"No head can be ranked for a word the model does not know: open a model whose "
-                f"vocabulary has {' and '.join(map(quoted, unknown))}.")
-    else:
-        pick = [f"{labels[f[0]]}@{f[0]}" if len(f) == 1 else f"a piece of {quoted(w)}"
-                for w, f in zip(words, found)]
-        then = (f"In Find (a tab of the Head roles panel), pick {pick[0]} as the query and {pick[1]} "
-                "as the key.")
-    said = [x for x, _ in said if x]
-    raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, one token to one token, "
-                     f"but this model reads {' and '.join(said)}. {then}")
+    if any(x for x, _ in said):
+        unknown = [w for w, (_, unk) in zip(words, said) if unk]
+        if unknown:
+            then = (f"No head can be ranked for a word the model does not know: open a model whose "
+                    f"vocabulary has {' and '.join(map(quoted, unknown))}.")
+        else:
+            pick = [_pick(result, w, f) for w, f in zip(words, found)]
+            then = (f"In Find (a tab of the Head roles panel), pick {pick[0]} as the query and {pick[1]} "
+                    "as the key.")
+        raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, one token to one token, "
+                         f"but this model reads {' and '.join(x for x, _ in said if x)}. {then}")
+    try:  # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
+        return tuple(f[0] if f is not None else resolve_token(result, w) for w, f in zip(words, found))
+    except InputError as exc:  # (the sample's words, not the user's: say whose tokens miss them)
+        raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, words this model "
+                         f"does not read as one token each here: {exc}") from None
+
+
+def _pick(result, word: str, pos: list[int] | None) -> str:
+    """What to pick in Find for a sample's word: its token (`·it@23`), or a piece of it."""
+    if pos is None:  # (not in the text whole: Find's own lookup, else the word as the sample says it)
+        try:
+            pos = [resolve_token(result, word)]
+        except InputError:
+            return quoted(word)
+    return f"{result.labels[pos[0]]}@{pos[0]}" if len(pos) == 1 else f"a piece of {quoted(word)}"
 
 
 def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
