@@ -1,7 +1,8 @@
 """Why here?: one cell's QK attribution (engine/analysing/qk.py) as bar lists: the largest query ×
 key component pairs with their share of the score, then the query-side and the key-side totals.
 Each list ends with a row for everything it leaves out (none where it leaves nothing out), so its
-shares add up to the whole score.
+values add up to the whole score and its shares to 100 %. A score near 0 beside its parts gets no
+shares (share_words says why): a part would be thousands of per cent of it, and rounding's.
 QPainter only, no widgets: the window's Why here? panel paints it, and an export writes the same
 picture (PNG or SVG with a JSON sidecar) or its numbers (JSON with the `qk-attribution` keys, CSV).
 
@@ -26,7 +27,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import minus_signs, plain_number
 
 PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
@@ -35,13 +36,14 @@ HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 MLP_NAME = re.compile(r"^L(\d+)\.mlp$")
 NUMBER_FORMATS = ("json", "csv")
 WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the title and subtitle
+SHARE_MAX = 10.0  # a list's largest part at most this many times the score, or no shares
 
 
 @dataclass(frozen=True)
 class Row:
     label: str
     value: float  # its part of the score
-    share: float | None  # value / score (None when the score is 0)
+    share: float | None  # value / score (None where the score is near 0: shares_shown)
     components: tuple[str, ...]  # the component names it is made of (() for the rest)
 
 
@@ -66,8 +68,9 @@ class WhyView:
                 f"to {quoted(self.tokens[a.key])} ({a.key})")
 
     def subtitle(self) -> str:
+        words = share_words(self)
         return (f"score {signed(self.attribution.score)} (before the softmax); parts add to "
-                f"{signed(self.attribution.total())} · {self.model}")
+                f"{signed(self.attribution.total())}{'; ' + words if words else ''} · {self.model}")
 
 
 def why_view(attribution: QKAttribution, *, model: str, result, display: dict | None = None) -> WhyView:
@@ -97,39 +100,110 @@ def shown(name: str) -> str:
     return f"L{m.group(1)} MLP" if m else name
 
 
+def signed(value: float, decimals: int = 4) -> str:
+    """A part as the lists write it: its sign always, thousands grouped (`+1,234.5678`), the minus
+    "−", and a part that rounds to 0 as `+0.0000` (never `−0.0000`)."""
+    text = f"{float(value):+,.{decimals}f}"
+    if text[0] == "-" and float(text.replace(",", "")) == 0:
+        text = "+" + text[1:]
+    return minus_signs(text)
+
+
 def _share(value: float, total: float) -> float | None:
     return value / total if total != 0 else None
 
 
-def _rest(rows: list[Row], total: float, n_all: int, what: str) -> list[Row]:
+def _largest(a: QKAttribution) -> float:
+    """The largest part any list can show: a pair, a side's total, or a list's rest row (at most
+    the sum of the sizes it leaves out)."""
+    return max(float(abs(a.table).max(initial=0.0)), float(abs(a.query_side).max(initial=0.0)),
+               float(abs(a.key_side).max(initial=0.0)))
+
+
+def shares_shown(a: QKAttribution) -> bool:
+    """Shares of the score only where it is clear of 0 beside its parts: no part shown is over
+    SHARE_MAX times it. Nearer 0 a part is thousands of per cent of the score and the score is
+    as much float rounding as the parts' sum (the table adds up to it within 1e-5 Σ|table|)."""
+    total = a.total()
+    return total != 0 and max(_largest(a), *_rests(a)) <= SHARE_MAX * abs(total)
+
+
+def _rests(a: QKAttribution, pairs: int = PAIRS, side: int = SIDE) -> list[float]:
+    """The sizes of the lists' rest rows (each list's score less its shown rows)."""
+    total = a.total()
+    out = [abs(total - sum(v for _, _, v in a.top(pairs)))]
+    for values in (a.query_side, a.key_side):
+        out.append(abs(total - float(sum(sorted((float(v) for v in values), key=abs)[-side:]))))
+    return out
+
+
+def share_words(view: WhyView) -> str:
+    """What a share is, where it is not plainly part / score with the score above 0 ("" there)."""
+    a = view.attribution
+    if not shares_shown(a):
+        return (f"no shares: the score is near 0 beside its parts (up to ±{plain_number(_largest(a))}), "
+                f"over {SHARE_MAX:.0f} times its size")
+    if a.total() < 0:
+        return "the score is below 0, so a share is + for a part that lowers it (blue)"
+    return ""
+
+
+def legend(view: WhyView) -> str:
+    """The panel's line above the lists: what the bars' colours and the shares mean for this cell."""
+    a = view.attribution
+    colours = "Red raises the score, blue lowers it."
+    if not shares_shown(a):
+        return (f"No shares: the score ({signed(a.total())}) is near 0 beside its parts (up to "
+                f"±{plain_number(_largest(a))}, over {SHARE_MAX:.0f} times its size), so shares of it "
+                f"would mean little. Each list ends with what it leaves out, so its values add up "
+                f"to the score. {colours}")
+    if a.total() < 0:
+        return ("Shares are of the score, which is below 0: a part that lowers it (blue) has a + "
+                "share, one that raises it (red) a − share. Each list ends with what it leaves out, "
+                f"so it adds up to 100%. {colours}")
+    return (f"Shares are of the score; each list ends with what it leaves out, so it adds up to "
+            f"100%. {colours}")
+
+
+def _rest(rows: list[Row], total: float, n_all: int, what: str, with_shares: bool = True) -> list[Row]:
     """Everything a list leaves out, so that the list adds up to the score: one row, or none
     where the list leaves nothing out (its rows are then every part)."""
     if len(rows) == n_all:
         return []
     rest = total - sum(r.value for r in rows)
-    return [Row(f"the other {plural(n_all - len(rows), what)}", rest, _share(rest, total), ())]
+    share = _share(rest, total) if with_shares else None
+    return [Row(f"the other {plural(n_all - len(rows), what)}", rest, share, ())]
 
 
 def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Section]:
-    """The three lists; every one's values (and shares) add up to the score."""
+    """The three lists; every one's values (and shares, where shown) add up to the score."""
     a = view.attribution
     total = a.total()
+    on = shares_shown(a)
+
+    def share(v: float) -> float | None:
+        return _share(v, total) if on else None
     names = a.components
-    top = [Row(f"{shown(q)} · {shown(k)}", v, _share(v, total), (q, k)) for q, k, v in a.top(pairs)]
+    top = [Row(f"{shown(q)} · {shown(k)}", v, share(v), (q, k)) for q, k, v in a.top(pairs)]
     out = [Section("Largest pairs: query-side component · key-side component",
-                   tuple(top + _rest(top, total, a.table.size, "pair")))]
+                   tuple(top + _rest(top, total, a.table.size, "pair", on)))]
     for title, values in (("Query side: each part at the query, times the whole key", a.query_side),
                           ("Key side: each part at the key, times the whole query", a.key_side)):
         order = sorted(range(len(names)), key=lambda i: -abs(float(values[i])))[:side]
-        rows = [Row(shown(names[i]), float(values[i]), _share(float(values[i]), total), (names[i],))
+        rows = [Row(shown(names[i]), float(values[i]), share(float(values[i])), (names[i],))
                 for i in order]
-        out.append(Section(title, tuple(rows + _rest(rows, total, len(names), "component"))))
+        out.append(Section(title, tuple(rows + _rest(rows, total, len(names), "component", on))))
     return out
 
 
-def row_text(row: Row) -> str:
+def figures(row: Row, decimals: int = 3) -> str:
+    """A row's value and share as the lists write them: `+0.174  +12.3%`, `+0.174` without a share."""
     share = "" if row.share is None else f"  {signed(100 * row.share, 1)}%"
-    return f"{row.label}  {signed(row.value)}{share}"
+    return f"{signed(row.value, decimals)}{share}"
+
+
+def row_text(row: Row) -> str:
+    return f"{row.label}  {figures(row, 4)}"
 
 
 @dataclass
@@ -137,6 +211,7 @@ class RowBox:
     rect: QRectF
     text: str  # what the row reads: label, value, share
     row: Row
+    figures: str = ""  # its value and share as painted, right of the bars
 
 
 @dataclass
@@ -147,6 +222,7 @@ class WhyLayout:
     rows: list = field(default_factory=list)  # [RowBox]
     headers: list = field(default_factory=list)  # [(QRectF, title)]
     label_w: float = 0.0
+    figures_w: float = 0.0  # the value and share column: its widest text, whole
     limit: float = 1.0  # |value| a full bar stands for
     title: QRectF = field(default_factory=QRectF)  # the title, wrapped to the width
     subtitle: QRectF = field(default_factory=QRectF)
@@ -168,7 +244,8 @@ def layout(view: WhyView, width: int) -> WhyLayout:
     secs = sections(view)
     fm = QFontMetricsF(figure_font(12 * s))
     label_w = min(width * 0.45, max(fm.horizontalAdvance(r.label) for sec in secs for r in sec.rows) + 12 * s)
-    lay = WhyLayout(width, 0, s, label_w=label_w)
+    figures_w = max(fm.horizontalAdvance(figures(r)) for sec in secs for r in sec.rows) + 4 * s
+    lay = WhyLayout(width, 0, s, label_w=label_w, figures_w=figures_w)
     lay.limit = max((abs(r.value) for sec in secs for r in sec.rows), default=0.0) or 1.0
     lay.title, lay.subtitle = heading_rects(view, width, s)
     y = max(50 * s, lay.subtitle.bottom() + 4 * s)
@@ -176,7 +253,7 @@ def layout(view: WhyView, width: int) -> WhyLayout:
         lay.headers.append((QRectF(8 * s, y, width - 16 * s, head_h), sec.title))
         y += head_h
         for r in sec.rows:
-            lay.rows.append(RowBox(QRectF(0, y, width, row_h), row_text(r), r))
+            lay.rows.append(RowBox(QRectF(0, y, width, row_h), row_text(r), r, figures(r)))
             y += row_h
         y += 6 * s
     lay.height = int(y + 8 * s)
@@ -205,9 +282,9 @@ def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = Non
     for rect, title in lay.headers:
         p.setPen(TEXT)
         p.drawText(rect, left, title)
-    text_w = 120 * s  # value and share, right of the bars
+    text_w = lay.figures_w  # value and share, right of the bars
     x0 = lay.label_w + 8 * s
-    bar_w = max(20 * s, lay.width - x0 - text_w - 8 * s)
+    bar_w = max(20 * s, lay.width - x0 - text_w - 14 * s)
     mid = x0 + bar_w / 2
     p.setFont(figure_font(12 * s))
     for box in lay.rows:
@@ -224,9 +301,7 @@ def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = Non
         p.setPen(pen)
         p.drawLine(int(mid), int(rect.top()), int(mid), int(rect.bottom()))
         p.setPen(TEXT)
-        share = "" if r.share is None else f"{signed(100 * r.share, 1)}%"
-        p.drawText(QRectF(x0 + bar_w + 6 * s, rect.top(), text_w, rect.height()), left,
-                   f"{signed(r.value, 3)}  {share}")
+        p.drawText(QRectF(x0 + bar_w + 6 * s, rect.top(), text_w, rect.height()), left, box.figures)
 
 
 png_bytes, svg_bytes = figure_exports(layout, paint, lambda view: f"attnviz why here: {view.text}")

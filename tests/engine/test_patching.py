@@ -85,11 +85,15 @@ def test_last_layer_heads_and_mlp_patched_give_the_clean_block_on_the_corrupted_
     np.testing.assert_allclose(only.resid[-1], b.resid[L] + (a.resid[-1] - a.resid[L]), rtol=0, atol=1e-5)
 
 
-def test_clean_equal_to_corrupt_is_refused_with_both_numbers(family):
+def test_clean_equal_to_corrupt_is_refused_as_the_same_tokens(family):
+    """Before the diffs are compared: their spread (0) is not what the user must change."""
     model, head, pair, metric = family
     same = texts_pair(model, pair.a.ids, pair.a.ids, PT.source_trace)
-    with pytest.raises(InputError, match=r"diff_clean (\S+) and diff_corrupt \1 differ by 0, under"):
+    said = rf"^the clean and corrupted texts are the same {T} tokens: patching needs a corrupted text that differs"
+    with pytest.raises(InputError, match=said):
         PT.metric_of(model, head, same)
+    with pytest.raises(InputError, match=said):
+        PT.patch(model, pair.a.ids, list(pair.a.ids), "head_out")
 
 
 @pytest.mark.parametrize("what", PT.WHATS)

@@ -310,9 +310,32 @@ def test_the_textbooks_agreement_guide_names_no_head(book):
 
 
 def test_a_find_sample_whose_words_the_model_lacks_says_so(book):
-    """The textbook decoder reads 'trophy' as <|unk|>: the Pronouns guide says the sample's pair is
-    not one token each for this model, then which tokens it has."""
+    """The textbook decoder reads 'trophy' as <|unk|>: the Pronouns guide says so, and that no head
+    can be ranked for a word the model does not know (not a ranking for <|unk|>)."""
     s = next(x for x in SAMPLES if x.title == "Pronouns")
-    with pytest.raises(InputError, match=r"^This sample looks for 'it' \u2192 'trophy', words this model does not "
-                                         r"read as one token each here: token 'trophy' is not in the text"):
-        guide(s, book.run(s.text))
+    r = book.run(s.text)
+    k = r.labels.index("<|unk|>")
+    with pytest.raises(InputError) as said:
+        guide(s, r)
+    assert str(said.value) == (
+        "This sample looks for 'it' \u2192 'trophy', one token to one token, but this model reads 'trophy' "
+        f"as <|unk|>@{k}, a token that does not spell it. No head can be ranked for a word the model "
+        "does not know: open a model whose vocabulary has 'trophy'.")
+
+
+def test_a_find_sample_takes_the_whole_word_not_pieces_of_others_and_says_what_to_pick(toy):
+    """The toy decoder reads 'fit' and 'suitcase' with an 'it' piece, and 'it' as ·it: the Pronouns
+    guide takes ·it (not three 'it's to pick from in a bar that cannot pick), and says that 'trophy'
+    is 5 pieces here, naming them and what to pick in Find."""
+    s = next(x for x in SAMPLES if x.title == "Pronouns")
+    r = toy.run(s.text)
+    assert [lab for lab in r.labels if lab.strip("\u00b7") == "it"] == ["it", "it", "\u00b7it"]  # the case
+    q = r.labels.index("\u00b7it")
+    pieces = [f"{r.labels[i]}@{i}" for i in range(2, 7)]
+    assert "".join(p.split("@")[0] for p in pieces) == "\u00b7trophy"
+    with pytest.raises(InputError) as said:
+        guide(s, r)
+    assert str(said.value) == (
+        "This sample looks for 'it' \u2192 'trophy', one token to one token, but this model reads 'trophy' "
+        f"as 5 tokens ({', '.join(pieces)}). In Find (a tab of the Head roles panel), pick \u00b7it@{q} "
+        "as the query and a piece of 'trophy' as the key.")

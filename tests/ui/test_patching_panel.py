@@ -187,14 +187,15 @@ def test_a_run_refused_on_its_thread_keeps_the_last_good_map(qtbot, win):
     before = p.map.grab().toImage()
     effect = p.map.view.effect.copy()
     sides = p.sides_label.text()
-    p.corrupt_box.setText(TEXT)  # (the clean text again: one length, no difference to restore)
+    p.target_edit.setText("#7")
+    p.alt_edit.setText("#7")  # (the same token: refused by the metric, on the run's thread)
     assert p.run()
-    qtbot.waitUntil(lambda: not win.patch_jobs.running and "nearly the same" in p.note.text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: not win.patch_jobs.running and "same token (7)" in p.note.text(), timeout=WAIT)
     assert not p.note.text().startswith("Patching failed"), p.note.text()
     np.testing.assert_array_equal(p.map.view.effect, effect)
     assert p.sides_label.text() == sides
-    # shown dimmed under a line naming the texts it was computed for
-    assert "The corrupted text has changed since" in p.stale.text()
+    # shown dimmed under a line naming the settings it was computed for
+    assert "the target and alt have changed since" in p.stale.text()
     assert p.map.grab().toImage() != before
 
 

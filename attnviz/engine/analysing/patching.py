@@ -105,7 +105,8 @@ def check_model(model):
 
 
 def check_ids(ids_clean, ids_corrupt) -> None:
-    """InputError in one line for an empty text or two texts of different lengths."""
+    """InputError in one line for an empty text, two texts of different lengths, or two texts of
+    the same tokens (every patch would change nothing: refused before the runs)."""
     for label, ids in (("clean", ids_clean), ("corrupted", ids_corrupt)):
         if len(ids) == 0:
             raise InputError(f"the {label} text is empty (0 tokens): patching needs two texts of "
@@ -113,12 +114,18 @@ def check_ids(ids_clean, ids_corrupt) -> None:
     if len(ids_clean) != len(ids_corrupt):
         raise InputError(f"the clean text is {tokens(len(ids_clean))} and the corrupted text "
                          f"{len(ids_corrupt)}: patching needs texts of one length")
+    if [int(i) for i in ids_clean] == [int(i) for i in ids_corrupt]:
+        raise InputError(f"the clean and corrupted texts are the same {tokens(len(ids_clean))}: "
+                         "patching needs a corrupted text that differs from the clean one, for "
+                         "example in one name, with the same number of tokens")
 
 
 def metric_of(model, head, pair: Pair, position: int | None = None, target: int | None = None,
               alt: int | None = None) -> Metric:
     """The metric of a clean (pair.a) and corrupted (pair.b) run: defaults as the module says;
-    InputError for an unknown token, target = alt, or diffs too close (check_spread)."""
+    InputError for two runs of the same tokens (check_ids), an unknown token, target = alt, or
+    diffs too close (check_spread)."""
+    check_ids(pair.a.ids, pair.b.ids)
     V = model.config.vocab_size
     q = position_index(pair.T, position)
     for name, t in (("target", target), ("alt", alt)):

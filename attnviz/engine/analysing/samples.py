@@ -7,8 +7,8 @@ told so ("no head clears ...") instead of being shown a plausible wrong one."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-
 
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.errors import InputError
@@ -16,7 +16,7 @@ from attnviz.engine.analysing.find import find, resolve_token
 from attnviz.engine.computing.edits import ReplaceHead
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.registry import DEFAULT_TEXT
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import plain, quoted, tokens
 
 # a Find hit is claimed only when the query's weight on the key beats the mean weight the other
 # queries give that key by this much (the same margin a role needs over its chance score)
@@ -222,13 +222,90 @@ def _signed(x: float, bar: float | None = None) -> str:
     return "+" + text[1:] if float(text) == 0 else text.replace("-", "\u2212")
 
 
-def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
+def word_tokens(result, word: str) -> list[int]:
+    """The positions of the tokens that make up the sample's `word` where the text has it as a
+    whole word (not inside another: the 'it' of 'fit'), found by the tokens' character offsets; one
+    position where the model reads the word as a token of its own. InputError where the text has
+    the word other than once."""
+    text = result.text or ""
+    spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.IGNORECASE)]
+    if len(spans) != 1:
+        raise InputError(f"the sample's word {quoted(word)} is in its text {len(spans)} times, not once")
+    a, b = spans[0]
+    out = []
+    for i, (s, e) in enumerate(result.offsets):
+        s += len(text[s:e]) - len(text[s:e].lstrip())  # (a token's leading space is not the word's)
+        if s < e and s < b and e > a:
+            out.append(i)
+    if not out:
+        raise InputError(f"no token of this run covers the sample's word {quoted(word)}")
+    return out
+
+
+def _find_positions(sample: Sample, result) -> tuple[int, int]:
+    """The query and key positions of a Find sample's two words: each the one token the model reads
+    it as where the text has it whole, once (word_tokens). InputError, saying what the user can do,
+    where the model splits a word into pieces (Find takes a piece), reads it inside a longer token,
+    or does not know it (a token that does not spell it: <|unk|>). A word not in the text whole
+    once (a token's label, `<E6 9D>`), or a run without offsets, goes by Find's own lookup."""
     frm, to = sample.find
+    labels, raw = list(result.labels), list(getattr(result, "tokens", result.labels))
+    offsets = getattr(result, "offsets", None)
+
+    def spans(word):  # word_tokens' positions, or None where Find's lookup takes the word
+        if not offsets or len(offsets) != len(labels):
+            return None
+        try:
+            return word_tokens(result, word)
+        except InputError:
+            return None
+
+    def reads(word, pos) -> tuple[str, bool]:
+        """How the model reads `word` ("" where as one token of its own), and whether as a token
+        that does not spell it."""
+        if pos is None:
+            return "", False
+        if len(pos) > 1:
+            return f"{quoted(word)} as {tokens(len(pos))} ({', '.join(f'{labels[i]}@{i}' for i in pos)})", False
+        i = pos[0]
+        if "".join(result.text[slice(*offsets[i])].split()).lower() != word.lower():
+            return f"{quoted(word)} only within the token {labels[i]}@{i}", False
+        if word.lower() not in (plain(labels[i]).lower(), plain(str(raw[i])).lower()):
+            return f"{quoted(word)} as {labels[i]}@{i}, a token that does not spell it", True
+        return "", False
+    words = (frm, to)
+    found = [spans(w) for w in words]
+    said = [reads(w, f) for w, f in zip(words, found)]
+    if any(x for x, _ in said):
+        unknown = [w for w, (_, unk) in zip(words, said) if unk]
+        if unknown:
+            then = (f"No head can be ranked for a word the model does not know: open a model whose "
+                    f"vocabulary has {' and '.join(map(quoted, unknown))}.")
+        else:
+            pick = [_pick(result, w, f) for w, f in zip(words, found)]
+            then = (f"In Find (a tab of the Head roles panel), pick {pick[0]} as the query and {pick[1]} "
+                    "as the key.")
+        raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, one token to one token, "
+                         f"but this model reads {' and '.join(x for x, _ in said if x)}. {then}")
     try:  # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
-        q, k = resolve_token(result, frm), resolve_token(result, to)
+        return tuple(f[0] if f is not None else resolve_token(result, w) for w, f in zip(words, found))
     except InputError as exc:  # (the sample's words, not the user's: say whose tokens miss them)
         raise InputError(f"This sample looks for {quoted(frm)} → {quoted(to)}, words this model "
                          f"does not read as one token each here: {exc}") from None
+
+
+def _pick(result, word: str, pos: list[int] | None) -> str:
+    """What to pick in Find for a sample's word: its token (`·it@23`), or a piece of it."""
+    if pos is None:  # (not in the text whole: Find's own lookup, else the word as the sample says it)
+        try:
+            pos = [resolve_token(result, word)]
+        except InputError:
+            return quoted(word)
+    return f"{result.labels[pos[0]]}@{pos[0]}" if len(pos) == 1 else f"a piece of {quoted(word)}"
+
+
+def _guide_find(sample: Sample, result, off=frozenset()) -> Guide:
+    q, k = _find_positions(sample, result)
     hits = find(result, q, k)
     frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
     gone = _off_note([(x.layer, x.head) for x in hits if (x.layer, x.head) in off

@@ -96,7 +96,8 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
     try:
         check_ids(ic, id_)
     except InputError as exc:
-        raise LengthError(str(exc), alignment(lc, ld) if len(ic) and len(id_) else "") from None
+        differ = len(ic) and len(id_) and len(ic) != len(id_)  # (same tokens: nothing to align)
+        raise LengthError(str(exc), alignment(lc, ld) if differ else "") from None
     P = position_index(len(ic), position)
     target = vocab_token(model, target_text, digits_are_ids=False) if target_text.strip() else None
     alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
@@ -167,6 +168,7 @@ class PatchJobs(QObject):
         self.sides: Sides | None = None
         self.result = None  # patching.Patching of self.ask
         self.note = ""
+        self.note_for = None  # the boxes (run's arguments) the note speaks of
         self.aligned = ""  # the two token lists aligned, when their lengths differ
         self.running = False
         self.progress = (0, 0)
@@ -186,6 +188,7 @@ class PatchJobs(QObject):
         model = self.state.model
         self._stop()  # (the view is told once, below, with this run's note or start)
         self.aligned = ""
+        self.note_for = (clean, corrupt, what, layer, direction, target_text, alt_text, position)
         if model is None:
             self.note = "Load a model first"
             self.sigChanged.emit()
@@ -230,6 +233,16 @@ class PatchJobs(QObject):
         self.running, self.progress = True, (0, 0)
         self.sigChanged.emit()
         self.worker.submit(PATCH_KIND, work, self._on_done, (ask, job_id), THREAD, job_id=job_id)
+        return True
+
+    def forget_note(self, boxes: tuple) -> bool:
+        """Drop the note of the last Run (a refusal, a failure, Cancelled) once the boxes it spoke of
+        have changed (`boxes`: run's arguments as they are now): it may no longer hold. Whether it
+        dropped one."""
+        if not self.note or self.running or self.note_for in (None, boxes):
+            return False
+        self.note, self.aligned, self.note_for = "", "", None
+        self.sigChanged.emit()
         return True
 
     def cancel(self, clear: bool = False) -> None:

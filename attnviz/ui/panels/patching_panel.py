@@ -7,6 +7,8 @@ one (engine/analysing/patching.py; the runs are ui/machinery/patch_jobs.py's).
 - Target and alt are typed as tokens (empty: the engine's defaults), the position P picked in its
   box (default: the last token, the clean token at P shown beside it); the clean and corrupted
   predictions at P and their diff show as soon as the two runs are made.
+- A Run's refusal line goes once a box it spoke of changes; the lengths line comes back while
+  it holds.
 - When either text changes after a run, the map, the patterns and the predictions are dimmed
   under a line naming the texts they were computed for, until Run (no re-run on typing: a
   patching run is many forward passes, and the texts pass through unequal lengths while edited).
@@ -86,7 +88,7 @@ class PatchingPanel(QWidget):
         for changed in (self.what_box.currentTextChanged, self.direction_box.currentTextChanged,
                         self.layer_box.valueChanged, self.position_box.valueChanged,
                         self.target_edit.textChanged, self.alt_edit.textChanged):
-            changed.connect(lambda *_: self._show_stale())  # (a setting unlike the map's dims it)
+            changed.connect(lambda *_: self._on_box())  # (a setting unlike the map's dims it)
         jobs.sigChanged.connect(self.refresh)
         jobs.sigProgress.connect(self._on_progress)
         self._on_model()
@@ -201,6 +203,18 @@ class PatchingPanel(QWidget):
         self.clean_label.setText(_shown(text))
         self._say_swap()
         self._check_soon()
+        self._on_box()
+
+    def boxes(self) -> tuple:
+        """What Run asks for, as the boxes hold it now (PatchJobs.run's arguments)."""
+        return (self.state.text, self.corrupt_box.text(), self.what_box.currentText(), self.layer_box.value(),
+                self.direction_box.currentText(), self.target_edit.text(), self.alt_edit.text(), self.position())
+
+    def _on_box(self) -> None:
+        """A box changed: the last Run's note goes once its boxes have changed (the check of the
+        two texts' lengths says its line again where it still holds), and the map dims."""
+        if self.jobs.forget_note(self.boxes()):
+            self._check_soon()
         self._show_stale()
 
     def _check_soon(self) -> None:  # (a hidden tab's check waits: a keystroke tokenises its text once)
@@ -217,7 +231,7 @@ class PatchingPanel(QWidget):
     def _on_corrupt(self, _text: str) -> None:
         self._say_swap()
         self._check_soon()
-        self._show_stale()
+        self._on_box()
 
     def _on_model(self) -> None:
         m = self.state.model
@@ -312,9 +326,7 @@ class PatchingPanel(QWidget):
             _say(self.note, "")
 
     def run(self) -> bool:
-        return self.jobs.run(self.state.text, self.corrupt_box.text(), self.what_box.currentText(),
-                             self.layer_box.value(), self.direction_box.currentText(),
-                             self.target_edit.text(), self.alt_edit.text(), self.position())
+        return self.jobs.run(*self.boxes())
 
     # --- state -> widgets ---------------------------------------------------------------------------
     def refresh(self) -> None:

@@ -33,6 +33,7 @@ class WhyCanvas(QWidget):
         self.hover: fig.RowBox | None = None
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumWidth(240)  # the narrowest it lays out: a narrower panel scrolls sideways
 
     def sizeHint(self) -> QSize:
         return QSize(420, self.lay.height if self.lay is not None else 80)
@@ -121,9 +122,7 @@ class WhyPanel(QWidget):
         v = self.view() if j.note == "" else None
         if v is not None:
             self.canvas.set_view(v)
-            self.note.setText("Updating\u2026" if j.busy else
-                              "Shares are of the score; each list ends with what it leaves out, so "
-                              "it adds up to 100%. Red raises the score, blue lowers it.")
+            self.note.setText("Updating\u2026" if j.busy else fig.legend(v))
         else:
             if j.note or not j.busy:
                 self.canvas.set_view(None)
