@@ -100,14 +100,22 @@ class Model:
         weights = self.weights
         if not isinstance(weights.layers, LayerStore):
             return None
-        held = self._grams
-        also = kept_besides(weights, self._head, None if held is None else list(held[1]))
+        also = kept_besides(weights, self._head, self._grams_made())
         return weights.layers.describe() + (f"; also kept: {', '.join(also)}" if also else "")
+
+    def _grams_made(self) -> tuple[int, int, int] | None:
+        """(layers whose W_O Grams are held, layers, the Grams' bytes); None where none were asked
+        for (output_grams)."""
+        held = self._grams
+        if held is None:
+            return None
+        made = [g for g in held[1] if g is not None]
+        return len(made), len(held[1]), sum(g.nbytes for g in made)
 
     def grams_held(self) -> int:
         """Bytes of the W_O Grams this model holds now (output_grams)."""
-        held = self._grams
-        return 0 if held is None else sum(g.nbytes for g in held[1] if g is not None)
+        made = self._grams_made()
+        return 0 if made is None else made[2]
 
     def clear_cache(self) -> int:
         """Forget the KV cache. Never waits: a run in progress with the cache finishes on it, and
