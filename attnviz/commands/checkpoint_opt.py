@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_words, model_at
 
 
 def checkpoint_index(text: str) -> int:
@@ -48,8 +48,7 @@ def add(p: argparse.ArgumentParser) -> None:
 
 def describe(model) -> str:
     """' at checkpoint I of N (step S)' for a model with checkpoints, else ''."""
-    rec = checkpoint_record(model)
-    return "" if rec is None else f" at checkpoint {rec['index']} of 0..{rec['of'] - 1} (step {rec['step']})"
+    return checkpoint_words(model)
 
 
 def at(model, args):

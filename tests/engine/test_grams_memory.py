@@ -1,15 +1,14 @@
 """The per-head W_O Grams a model keeps (Model.output_grams) in its memory accounting: the default
 budget leaves room for every layer's, though no load is refused for them (they are made only when
-asked for), at load (safetensors and GGUF) and when a loaded model's
-budget goes back to auto; the memory line says which are held and their bytes; and the budget a
-chosen one leaves for a second model counts those the first holds, and its refusal names them
-where (and only where) it counted them."""
+asked for), at load (safetensors and GGUF) and when a loaded model's budget goes back to auto; the
+memory line says which are held and their bytes; and a chosen budget, which holds float32 layers,
+leaves a second model room that counts none of them, and its refusal does not name them
+(tests/engine/test_two_models_memory.py: two models' budgets)."""
 
-import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.pair import budget_left, load_second
+from attnviz.engine.analysing.pair import load_second
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
@@ -117,44 +116,28 @@ def test_the_memory_line_counts_the_grams_held():
     assert model.memory == f"{line}; also kept: W_O Grams for 2 of 2 layers ({format_bytes(2 * per_layer)})"
 
 
-def test_the_budget_left_beside_a_counts_its_grams():
-    a = load_model(FIXTURES / "llama_gqa")
-    store = a.weights.layers
-    MB.set_memory_budget(10 * sum(store.sizes))
-    try:
-        before = budget_left(a)
-        assert before == MB.chosen_budget() - store.held_bytes() - store.view_bytes()
-        r = a.run(ids=IDS, request=VALUES)
-        assert np.isfinite(r.value_norms).all()
-        assert budget_left(a) == before - grams_bytes(a.config)
-    finally:
-        MB.set_memory_budget(None)
-
-
-
-@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("made", [False, True])
 @pytest.mark.parametrize("room", [0, 1 << 20])
-def test_a_refused_second_model_names_the_grams_its_room_counted(monkeypatch, room, counted):
-    """The room load_second gives B and the words of its refusal come from one read of A's Grams:
-    a Gram made on another thread after it (a later read finds them) is in neither; Grams the
-    read found are in both."""
+def test_a_refused_second_model_names_what_the_chosen_budget_holds_of_a(room, made):
+    """A refusal under a chosen budget names what of A it counted, A's float32 layers, and never
+    A's W_O Grams, made or not: the budget does not hold them."""
     a = load_model(FIXTURES / "llama_gqa")
-    grams = grams_bytes(a.config)
-    first, later = (grams, 0) if counted else (0, grams)
-    reads = iter([first])
-    monkeypatch.setattr(a, "grams_held", lambda: next(reads, later))
+    if made:
+        a.run(ids=IDS, request=VALUES)
+        assert a.grams_held() == grams_bytes(a.config)
 
     def refuse(budget):
         raise ModelLoadError("refused")
-    budget = a.weights.layers.held_bytes() + first + room
+    budget = a.weights.layers.held_bytes() + room
     MB.set_memory_budget(budget)
     try:
         with pytest.raises(AttnvizError) as refused:
             load_second(refuse, a, "B")
     finally:
         MB.set_memory_budget(None)
-    held = f"{a.name}'s layers" + (" and W_O Grams" if counted else "")
+    held = f"{a.name}'s float32 layers"
     said = str(refused.value)
     assert format_bytes(budget) != "1 MiB"  # (the budget reads more than the room it leaves)
     assert (f"all held by {held};" if room == 0 else
             f"(1 MiB of the {format_bytes(budget)} memory budget left beside {held}):") in said
+    assert "Grams" not in said

@@ -11,6 +11,7 @@ from PySide6.QtTest import QTest
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import headmap
+from attnviz.figures.numbers import plain_number
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
 from windows import WAIT, drain_events, hover, open_window, tip_shown
@@ -70,7 +71,7 @@ def test_the_jsd_map_fills_its_box_and_a_click_focuses_the_head(qtbot, tmp_path,
             x, y = headmap.cell_center(hm, lay, l, h)
             hover(box, QPointF(x, y))
             text = tip_shown(box.toolTip())  # what the hover shows
-            assert text.startswith(f"{head_title(l, h)}:") and f"{jsd[l, h]:.4f}" in text
+            assert text.startswith(f"{head_title(l, h)}:") and f"JSD mean {plain_number(jsd[l, h])} bits" in text
             QTest.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPointF(x, y).toPoint())
             assert w.state.focus == (l, h)
         # between the cells and beside the map: no head

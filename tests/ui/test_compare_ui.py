@@ -23,6 +23,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.registry import TOY_MODEL, resolve
 from attnviz.engine.reading.token_text import plural
 from attnviz.figures import compare as F
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.style import ERROR
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
@@ -115,7 +116,7 @@ def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
     said = panel.summary.text()
     jsd = np.asarray(c.doc["heads_jsd"])
     l, h = np.unravel_index(int(np.argmax(jsd)), jsd.shape)
-    assert f"moved most {head_title(int(l), int(h))} ({jsd[l, h]:.4f} bits)" in said
+    assert f"moved most {head_title(int(l), int(h))} ({plain_number(jsd[l, h])} bits)" in said
     assert f"({plural(len(c.doc['flips']), 'flip')}: framed red in the strip above, each token's bar its KL)" in said
 
 

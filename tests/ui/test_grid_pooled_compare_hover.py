@@ -38,8 +38,9 @@ def test_a_pooled_pixels_hover_reads_the_value_it_shows(compared, qtbot, mode):
     for h, qi, kj in spots:
         i = lo.heads.index((layer, h))
         tip = hover_grid(qtbot, g, lo.x0[i] + kj + 0.5, lo.y0[i] + qi + 0.5)
-        want = f"A \u2212 B {signed(drawn[h, qi, kj])}]" if mode == "A-B" else f"B {drawn[h, qi, kj]:.4f},"
-        assert want in tip, (h, qi, kj, tip)
+        # (the value the pixel shows first, after the cell's tokens, then the other two)
+        want = signed(drawn[h, qi, kj]) if mode == "A-B" else f"{drawn[h, qi, kj]:.4f}"
+        assert f"  {want}  (A " in tip, (h, qi, kj, tip)
 
 
 def _a_minus_b(jobs, layer, head, q, k) -> float:

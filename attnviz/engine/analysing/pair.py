@@ -145,37 +145,49 @@ def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
                 run_side(labels[1], model, ids_b, make_trace()))
 
 
-def budget_left(a, grams: int | None = None) -> int | None:
+def budget_left(a) -> int | None:
     """What a chosen memory budget (--memory-budget, the window's setting) leaves for a second model
-    beside `a`: the budget less what a holds now, its float32 layers, the packed views of a model
-    held in its file's blocks (kernels on) and its W_O Grams (Model.output_grams; `grams`: their
-    bytes as the caller read them, else read here). None: no budget was chosen, and the second
-    model sizes its own from the memory available, which a's layers and Grams already use."""
-    chosen = MB.chosen_budget()
-    if chosen is None:
-        return None
-    store = a.weights.layers
-    held = getattr(store, "held_bytes", lambda: 0)() + getattr(store, "view_bytes", lambda: 0)()
-    return chosen - held - (a.grams_held() if grams is None else grams)
+    beside `a`: the budget less what it holds of a now (Model.budgeted_bytes: a's float32 layers
+    and its unembedding's float32 copy, once kept). The packed blocks, W_O Grams and embeddings of
+    either model come on top of the budget, as with one model. None: no budget was chosen, and the
+    second model sizes its own from the memory available (load_second)."""
+    return _room(a, MB.chosen_budget())[0]
+
+
+def _room(a, chosen: int | None) -> tuple[int | None, str]:
+    """(what `chosen` leaves beside a, None for no budget; what of a it counted, in words), from
+    one read of what a holds: a copy kept meanwhile on another thread is in both or neither."""
+    layers, copy = a.budgeted_bytes()
+    held = f"{a.name}'s float32 layers" + (" and float32 unembedding" if copy else "")
+    return (None if chosen is None else chosen - layers - copy), held
 
 
 def load_second(load: Callable[[int | None], object], a, what: str):
-    """Model B beside model `a`: `load(budget)` gets what the memory budget leaves (budget_left).
-    Any refusal (the file does not open, the budget holds none of B's layers) comes back as one
-    line naming `what` B is and, under a chosen budget, the numbers."""
-    grams = a.grams_held()  # read once: a Gram made meanwhile on another thread changes both or neither
-    left = budget_left(a, grams)
-    held = f"{a.name}'s layers" + (" and W_O Grams" if grams else "")  # (what budget_left counts)
+    """Model B beside model `a`: `load(budget)` gets what a chosen memory budget leaves
+    (budget_left); under the default, B's budget (from the memory available as it loads) is then
+    lowered by the W_O Grams A has not made yet, and each model's default budget from then on
+    leaves room for the other's (Model.open_beside). A `load` that gives `a` itself (the folder's
+    last checkpoint) gives it as it is, its budget untouched. Any refusal (the file does not open,
+    the budget holds none of B's layers) comes back as one line naming `what` B is and, under a
+    chosen budget, the numbers."""
+    chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
+    left, held = _room(a, chosen)
     if left is not None and left <= 0:
-        raise InputError(f"{what}: the memory budget of {MB.format_bytes(MB.chosen_budget())} is "
-                         f"all held by {held}; give a larger --memory-budget for two models")
+        raise InputError(f"{what}: the memory budget of {MB.format_bytes(chosen)} is all held by "
+                         f"{held}; give a larger --memory-budget for two models")
     try:
         b = load(left)
+        if b is a:  # (nothing more loaded: A's budget is A's alone still)
+            return b
         if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
             b.set_memory_budget(left)
+        else:
+            b.leave_room(a.grams_to_make())
+        a.open_beside(b)
+        b.open_beside(a)
         return b
     except AttnvizError as exc:
-        room = "" if left is None else (f" ({MB.format_bytes(left)} of the {MB.format_bytes(MB.chosen_budget())} "
+        room = "" if left is None else (f" ({MB.format_bytes(left)} of the {MB.format_bytes(chosen)} "
                                         f"memory budget left beside {held})")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
         raise kind(f"{what}{room}: {exc}") from None

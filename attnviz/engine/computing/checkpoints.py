@@ -85,6 +85,12 @@ def checkpoint_record(model: Model | None) -> dict | None:
     return {"index": info.index, "step": info.step, "of": n}
 
 
+def checkpoint_words(model: Model | None) -> str:
+    """' at checkpoint I of 0..N-1 (step S)' for a model that came from a CheckpointSet, else ''."""
+    rec = checkpoint_record(model)
+    return "" if rec is None else f" at checkpoint {rec['index']} of 0..{rec['of'] - 1} (step {rec['step']})"
+
+
 def load_checkpoints(folder_or_model, name: str | None = None) -> CheckpointSet | None:
     """The CheckpointSet of a model folder (or of a loaded Model), or None when it has none."""
     if isinstance(folder_or_model, Model):

@@ -51,8 +51,8 @@ def _tables(weights, head) -> list[tuple[str, str, list]]:
 
 def kept_besides(weights, head, grams) -> list[str]:
     """What the model keeps beside its layers, one 'names how (bytes)' each way it is held, then
-    its W_O Grams: `head` the model's LMHead if built (else None), `grams` each layer's Grams or
-    None (Model.output_grams), None where none were asked for."""
+    its W_O Grams: `head` the model's LMHead if built (else None), `grams` (layers whose Grams are
+    held, layers, their bytes), None where none were asked for (Model.output_grams)."""
     seen: dict[int, str] = {}  # id of an owning array -> the name it was counted under
     groups: dict[str, tuple[list, list]] = {}  # how -> (names, bytes)
     for name, how, arrays in _tables(weights, head):
@@ -68,10 +68,9 @@ def kept_besides(weights, head, grams) -> list[str]:
         sizes.extend(o.nbytes for o in new.values())
         seen.update((i, name) for i in new)
     parts = [f"{_joined(names)} {how} ({format_bytes(sum(sizes))})" for how, (names, sizes) in groups.items()]
-    made = [g for g in grams or () if g is not None]
-    if made:
-        parts.append(f"W_O Grams for {len(made)} of {plural(len(grams), 'layer')} "
-                     f"({format_bytes(sum(g.nbytes for g in made))})")
+    if grams is not None and grams[0]:
+        made, of, n_bytes = grams
+        parts.append(f"W_O Grams for {made} of {plural(of, 'layer')} ({format_bytes(n_bytes)})")
     return parts
 
 

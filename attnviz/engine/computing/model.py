@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from attnviz.engine.computing.run_result import RunResult, kept_sizes
 from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore
-from attnviz.engine.reading.memory_budget import default_budget, grams_bytes
+from attnviz.engine.reading.memory_budget import HEADROOM, available_memory, grams_bytes
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ class Model:
         self._head_lock = threading.Lock()
         self._grams: tuple | None = None  # (the layers they come from, each layer's or None): output_grams()
         self._grams_lock = threading.Lock()
+        # weak references to the models open beside this one (Compare's other side): replaced whole,
+        # never changed in place, so a thread reading it meanwhile reads the old tuple or the new
+        self._beside: tuple = ()
 
     def __repr__(self):
         c = self.config
@@ -69,16 +73,49 @@ class Model:
 
     def set_memory_budget(self, n_bytes: int | None) -> None:
         """Keep as many expanded layers as `n_bytes` allow (None: the default, from the memory
-        available now, the layers this model holds counted in); InputError for less than one layer.
-        Prediction's unembedding is rebuilt under the new budget when next asked."""
+        available now, the layers this model holds counted in, less room for the W_O Grams it and
+        the models open beside it (open_beside) have not made yet); InputError for less than one
+        layer. Prediction's unembedding is rebuilt under the new budget when next asked."""
         layers = self.weights.layers
         if not isinstance(layers, LayerStore):
             return  # built in memory (the textbook model): nothing to expand
-        if n_bytes is None:  # (room left for the W_O Grams not made yet)
-            free = default_budget(grams_bytes(self.config) - self.grams_held())
-            n_bytes = None if free is None else max(max(layers.sizes), free + layers.held_bytes())
+        if n_bytes is None:
+            have = available_memory()
+            if have is not None:  # (not clamped at 0: memory short of the Grams takes it from the layers)
+                unmade = self.grams_to_make() + sum(m.grams_to_make() for m in self.beside())
+                n_bytes = max(max(layers.sizes), have - HEADROOM - unmade + layers.held_bytes())
         layers.set_budget(n_bytes)
         self._head = None
+
+    def leave_room(self, n_bytes: int) -> None:
+        """Lower the memory budget by `n_bytes` that another model will take later (Compare's A:
+        the W_O Grams it has not made yet, as B opens under the default budget), never below one
+        layer; nothing where no budget limits the layers."""
+        layers = self.weights.layers
+        if n_bytes > 0 and isinstance(layers, LayerStore) and layers.budget is not None:
+            self.set_memory_budget(max(max(layers.sizes), layers.budget - n_bytes))
+
+    def open_beside(self, other) -> None:
+        """`other` is open beside this model (Compare's B beside A, or A beside B) for as long as it
+        lives: the default budget (set_memory_budget(None)) leaves room for its Grams too."""
+        if other is not self:
+            alive = tuple(r for r in self._beside if r() is not None and r() is not other)
+            self._beside = (*alive, weakref.ref(other))
+
+    def beside(self) -> list:
+        """The models open beside this one that are still alive (open_beside)."""
+        return [m for m in (r() for r in self._beside) if m is not None]
+
+    def budgeted_bytes(self) -> tuple[int, int]:
+        """(float32 layers held now, the unembedding's float32 copy kept now) in bytes: what of this
+        model a chosen memory budget holds (the copy is kept only where the budget holds every
+        layer and it besides: logits._fits). The packed blocks, W_O Grams and embeddings come on
+        top of it."""
+        layers = self.weights.layers
+        head = self._head
+        copy = getattr(getattr(head, "w_u", None), "kept", None)
+        return (layers.held_bytes() if isinstance(layers, LayerStore) else 0,
+                copy.nbytes if isinstance(copy, np.ndarray) else 0)
 
     def lm_head(self) -> LMHead:
         """This model's final norm and unembedding, ready for logits (engine/computing/logits.py),
@@ -100,14 +137,27 @@ class Model:
         weights = self.weights
         if not isinstance(weights.layers, LayerStore):
             return None
-        held = self._grams
-        also = kept_besides(weights, self._head, None if held is None else list(held[1]))
+        also = kept_besides(weights, self._head, self._grams_made())
         return weights.layers.describe() + (f"; also kept: {', '.join(also)}" if also else "")
+
+    def _grams_made(self) -> tuple[int, int, int] | None:
+        """(layers whose W_O Grams are held, layers, the Grams' bytes); None where none were asked
+        for (output_grams)."""
+        held = self._grams
+        if held is None:
+            return None
+        made = [g for g in held[1] if g is not None]
+        return len(made), len(held[1]), sum(g.nbytes for g in made)
 
     def grams_held(self) -> int:
         """Bytes of the W_O Grams this model holds now (output_grams)."""
-        held = self._grams
-        return 0 if held is None else sum(g.nbytes for g in held[1] if g is not None)
+        made = self._grams_made()
+        return 0 if made is None else made[2]
+
+    def grams_to_make(self) -> int:
+        """Bytes of the W_O Grams this model has not made yet: the room its default budget, and
+        that of a model open beside it, leave for them (memory_budget.grams_bytes)."""
+        return grams_bytes(self.config) - self.grams_held()
 
     def clear_cache(self) -> int:
         """Forget the KV cache. Never waits: a run in progress with the cache finishes on it, and

@@ -8,10 +8,13 @@ import threading
 import weakref
 
 
-def load_b(a, source, relay):
+def load_b(a, source, relay, checkpoints=None):
     """(model B, its identity) beside A; InputError / ModelLoadError in one line. B's memory is
     handed back once B is freed (closed, replaced, refused, or its load let go), through `relay`:
-    the app's (job.shared_relay), asked for on the main thread."""
+    the app's (job.shared_relay), asked for on the main thread. `checkpoints`: the CheckpointSet
+    A is a step of (the window's, which the Compare menu lists), else A's folder's own; a
+    checkpoint B is that set's step, loaded as a model of its own (a step folder A was loaded from
+    lists no checkpoints: its set is the one it came from)."""
     from attnviz.engine import load_model
     from attnviz.engine.analysing import compare as C
     from attnviz.engine.analysing.pair import (
@@ -19,7 +22,7 @@ def load_b(a, source, relay):
         check_same_vocab,
         load_second,
     )
-    from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
+    from attnviz.engine.computing.checkpoints import checkpoint_record, checkpoint_words, model_at
 
     what = source.describe(a.name)
     if source.kind == "quantized":
@@ -28,12 +31,15 @@ def load_b(a, source, relay):
 
             return quantized_model(a, str(source.value))
         b = load_second(load, a, what)
-        ident = C.identity(a, what, quantized=str(source.value), checkpoint=checkpoint_record(a))
+        ident = C.identity(a, f"{a.name}{checkpoint_words(a)} quantized to {source.value}",
+                           quantized=str(source.value), checkpoint=checkpoint_record(a))
     else:
         if source.kind == "checkpoint":
-            from attnviz.engine.computing.checkpoints import load_checkpoints
+            from attnviz.engine.computing.checkpoints import CheckpointSet, load_checkpoints
 
-            ckpts = load_checkpoints(a)
+            ckpts = load_checkpoints(a) if checkpoints is None else checkpoints
+            if ckpts is not None:  # (B's steps its own Models, freed with B; the last is A's folder's)
+                ckpts = CheckpointSet(ckpts.base, ckpts.meta, ckpts.infos)
             if ckpts is None:
                 from attnviz.engine.errors import InputError
 
@@ -42,7 +48,7 @@ def load_b(a, source, relay):
         else:
             b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
                             a, "model B")
-        ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
+        ident = C.identity(b, b.name + checkpoint_words(b), checkpoint=checkpoint_record(b))
     release_when_freed(b, relay)
     check_same_shape(a, b)
     check_same_vocab(a, b)

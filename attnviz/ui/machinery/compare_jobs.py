@@ -29,7 +29,8 @@ compared once per B, on the probe ('compare-probe'), which does not depend on th
 keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
-model A, frees B and hands the memory it held back to the system (compare_b.release_when_freed)."""
+model A, frees B and hands the memory it held back to the system (compare_b.release_when_freed).
+A moved to another training step keeps B and compares the new A with it afresh (a_changed)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,14 @@ class BSource:
         return {"kind": self.kind, "value": self.value}
 
 
+def side_name(model) -> str:
+    """How Compare names one side: the model's name, and its training step where it has them
+    (as `attnviz compare` names it: "… at checkpoint 16 of 0..32 (step 1020)")."""
+    from attnviz.engine.computing.checkpoints import checkpoint_words
+
+    return model.name + checkpoint_words(model)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One keystroke's comparison: A's shown result, B's patterns on the same ids, the metrics."""
@@ -84,6 +93,7 @@ class Comparison:
     seconds: float  # B's run and the metrics
     pair: object = None  # the engine's Pair (its traces), for the next-token numbers
     seen: tuple | None = None  # compare.head_numbers' seen: what the next keystroke's reuses
+    tops: tuple | None = None  # ([T], [T]) A's and B's top-1 next token ids, with the next-token numbers
 
 
 def compare_lacks(worker, result) -> bool:
@@ -185,12 +195,16 @@ class CompareJobs(QObject):
         self.note = f"Loading {source.describe(a.name)}…"
         self.sigChanged.emit()
         relay = shared_relay()  # (asked for here, on the main thread: B may be freed on any)
-        self.worker.submit(LOAD_KIND, lambda: load_b(a, source, relay), self._on_loaded, (a, source), THREAD)
+        ckpts = self.state.checkpoints  # (the set A is a step of, as the Compare menu lists it)
+        self.worker.submit(LOAD_KIND, lambda: load_b(a, source, relay, ckpts), self._on_loaded, (a, source), THREAD)
 
     def _on_loaded(self, request, value, error) -> None:
         a, source = request
+        if source is not self.loading:  # (closed, or another B asked for since)
+            return
         self.loading = None
-        if a is not self.state.model:
+        if a is not self.state.model:  # A moved to another training step as B loaded: B beside it
+            self.open(source)
             return
         if error is not None:  # the app stays as it was, B included
             self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
@@ -242,6 +256,26 @@ class CompareJobs(QObject):
         self.note = ""
         if had:
             self.sigChanged.emit()
+
+    def a_changed(self) -> None:
+        """A is another training step now (the state's model changed, its shape and vocabulary
+        not): B, unchanged, follows the new A afresh, both caches cleared (pair.Follower), and
+        nothing of the old A's comparison, numbers or probe stays on screen meanwhile. Called
+        before the new A's run is asked for (Worker._on_checkpoint): that run is B's first."""
+        from attnviz.engine.analysing.pair import Follower
+
+        a = self.state.model
+        if self.b is None or a is None:
+            return
+        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND):
+            self.worker.cancel(kind)
+        self._handoff, self._frame_of = None, None
+        self.comparison = self.induction = self._known = None
+        self._follower = Follower(a, self.b)
+        self.note = f"A is now {side_name(a)}: comparing it with B again\u2026"
+        self.worker.scores_after_frame()  # (quick text scores waiting for the old comparison's frame)
+        self.sigChanged.emit()
+        self._request_probe()
 
     def set_mode(self, mode: str) -> None:
         if mode in MODES and mode != self.mode:
@@ -391,7 +425,9 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
             return
         numbers, self._known = value
-        self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
+        nt = None if self._known is None else self._known[1]  # (compare_tokens.NextTokens)
+        self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers},
+                                              tops=None if nt is None else (nt.top_a, nt.top_b))
         self.sigNumbers.emit()
 
     def _request_probe(self) -> None:

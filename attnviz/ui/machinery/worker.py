@@ -72,7 +72,7 @@ class Worker(Runner):
         st = self.state
         st.sigTextChanged.connect(lambda _text: self.request_compute())
         st.sigModelChanged.connect(self._on_model)
-        st.sigCheckpointChanged.connect(lambda _index: self.request_compute(immediate=True))
+        st.sigCheckpointChanged.connect(self._on_checkpoint)
         st.sigModelChanged.connect(self._load_checkpoints)
         st.sigDisplayChanged.connect(self._compute_what_is_missing)
         st.sigInputsWantedChanged.connect(self._compute_what_is_missing)
@@ -90,6 +90,14 @@ class Worker(Runner):
         from attnviz.ui.machinery.compare_jobs import CompareJobs
 
         self.compare_jobs = CompareJobs(self)  # model B beside A, per keystroke
+
+    def _on_checkpoint(self, _index) -> None:
+        """Another training step of A: an open Compare follows the new A from the run asked for
+        here (B's first of it), so that run and its comparison are the new A's alone."""
+        compare = getattr(self, "compare_jobs", None)
+        if compare is not None:
+            compare.a_changed()
+        self.request_compute(immediate=True)
 
     def _on_model(self, model) -> None:
         self._first_run = True

@@ -33,13 +33,15 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing.compare import beside_threshold
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
+from attnviz.figures.numbers import plain_number
 from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
-from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
+from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES, side_name
 from attnviz.ui.panels import compare_export, compare_tiles
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_label, plain_tip
@@ -191,7 +193,8 @@ class ComparePanel(QWidget):
         self._later.timeout.connect(lambda: (self.map.update(), self.focus.update()))
         self.jobs.sigChanged.connect(self.refresh)
         self.jobs.sigNumbers.connect(self._numbers_in)
-        for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigDisplayChanged):
+        for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigDisplayChanged,
+                    state.effects.sigAblationChanged):
             sig.connect(lambda *_: self.refresh())
         self.refresh()
 
@@ -199,7 +202,8 @@ class ComparePanel(QWidget):
     def refresh(self) -> None:
         j, a = self.jobs, self.state.model
         if j.identity is not None and a is not None:
-            self.title.setText(f"A: {a.name}   B: {j.identity['name']}")
+            clean = f" ({GC.CLEAN_RUNS})" if self.state.effects.ablation.active else ""
+            self.title.setText(f"A: {side_name(a)}   B: {j.identity['name']}{clean}")
         else:
             self.title.setText("Compare: pick model B in Models \u25b8 Compare with\u2026")
         self.note.setText(j.note)
@@ -257,15 +261,21 @@ class ComparePanel(QWidget):
             return ""
         jsd = np.asarray(d["heads_jsd"])
         every = f"{F.EVERY_KEY}: " if self.state.hide_first else ""  # (as the map beside it)
-        parts = [f"{every}mean head JSD {jsd.mean():.4f} bits"]
-        l, h, v = _most_moved(jsd)
-        parts.append(f"moved most {head_title(l, h)} ({v:.4f} bits)")
+        # (significant digits, as the map's caption: a JSD of 3e-05 bits is not "0.0000")
+        parts = [f"{every}mean head JSD {plain_number(jsd.mean())} bits"]
+        if jsd.max(initial=0.0) > 0:
+            l, h, v = _most_moved(jsd)
+            parts.append(f"moved most {head_title(l, h)} ({plain_number(v)} bits)")
+        else:  # (a model against itself: no head to name)
+            parts.append("no head moved: every head's JSD is exactly 0")
         if d["kld_stats"] is not None:
             s = d["kld_stats"]
             parts.append(f"KL(A\u2016B) mean {s['mean']:.4g}, median {s['median']:.4g}, "
                          f"p99 {s['p99']:.4g}, max {s['max']:.4g} nats")
-            parts.append(f"same top-1 {d['same_top1']:.1%} ({plural(len(d['flips']), 'flip')}: framed red in the strip "
-                         f"above, each token's bar its KL)")
+            n = len(d["flips"])
+            flips = (f"{plural(n, 'flip')}: framed red in the strip above, each token's bar its KL" if n
+                     else "no flips: A's and B's top-1 agree at every position; each token's bar in the strip above its KL")
+            parts.append(f"same top-1 {d['same_top1']:.1%} ({flips})")
         return "; ".join(parts)
 
     def induction_text(self) -> str:
@@ -389,7 +399,7 @@ class ComparePanel(QWidget):
 
     def head_map(self) -> headmap.HeadMap:
         a = self.state.model
-        return F.jsd_map(self.doc()["heads_jsd"], a.name, self.jobs.identity["name"], a.kv_group,
+        return F.jsd_map(self.doc()["heads_jsd"], side_name(a), self.jobs.identity["name"], a.kv_group,
                          focus=self.state.focus, note=F.EVERY_KEY if self.state.hide_first else "")
 
     def _on_map_click(self, x: float, y: float) -> None:
@@ -408,8 +418,8 @@ class ComparePanel(QWidget):
         if hit is not None and hit[0] == "head":
             d = self.doc()
             l, h = hit[1], hit[2]
-            return (f"{head_title(l, h)}: JSD mean {d['heads_jsd'][l][h]:.4f} bits, "
-                    f"largest row {d['heads_jsd_max'][l][h]:.4f}")
+            return (f"{head_title(l, h)}: JSD mean {plain_number(d['heads_jsd'][l][h])} bits, "
+                    f"largest row {plain_number(d['heads_jsd_max'][l][h])} bits")
         return None
 
     def _paint_focus(self, p: QPainter, w: int, h: int) -> None:
@@ -444,10 +454,7 @@ class ComparePanel(QWidget):
                 d = c.doc
                 text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:
-                    text += f": KL(A\u2016B) {d['kld'][t]:.5f} nats"
-                    flip = next((f for f in d["flips"] if f["position"] == t), None)
-                    if flip is not None:
-                        text += f"; top-1 flips: A {quoted(flip['a_token'])}, B {quoted(flip['b_token'])}"
+                    text += f": KL(A\u2016B) {d['kld'][t]:.5f} nats; " + _top1_text(c, t)
                 return text
         return None
 
@@ -466,6 +473,16 @@ def _title_side_of_shape(n_layer: int, n_head: int) -> float:
     """ComparePanel._title_side of a model of this shape (the layout asks it many times a keystroke)."""
     last = head_title(n_layer - 1, n_head - 1)
     return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
+
+
+def _top1_text(c, t: int) -> str:
+    """The two top-1 next tokens after token t of comparison `c`, as the strip's hover reads them."""
+    flip = next((f for f in c.doc["flips"] if f["position"] == t), None)
+    if flip is not None:
+        return f"top-1 flips: A {quoted(flip['a_token'])}, B {quoted(flip['b_token'])}"
+    if c.tops is None:  # (the numbers of another comparison's ids: none to read)
+        return "same top-1 in A and B"
+    return f"same top-1 in A and B: {quoted(token_text(c.pair.a.model, int(c.tops[0][t])))}"
 
 
 def _most_moved(jsd):

@@ -241,13 +241,13 @@ class HeatmapGrid(QWidget):
         # be the last text's: none, as while the scores are stale; a probe's are about the probe
         text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
         side = "" if self.shown_mode == "A" else GC.MODE_TITLES[self.shown_mode] + " "
-        for i, (l, h) in enumerate(lo.heads):
-            badge = "" if text_badges_stale else self.state.badge(l, h)
+        for i, (l, h) in enumerate(lo.heads):  # (B, A − B: clean runs, none of A's run's marks)
+            badge = "" if text_badges_stale or side else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
             marks = f" · {kind}" if kind else ""
-            if (l, h) in self.state.effects.ablation.heads:
+            if not side and (l, h) in self.state.effects.ablation.heads:
                 marks += "  · off"
-            if share is not None and l < len(share):
+            if not side and share is not None and l < len(share):
                 marks += f"  · {100 * share[l][h]:.0f}% out"
             # (the badge last: a title cut short of the next tile's loses the badge before the marks)
             marks += f"  {badge}" if badge else ""
@@ -411,11 +411,10 @@ class HeatmapGrid(QWidget):
         return [t.full for t in self._titles if t.isVisible()]
 
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
-        text = cell_readout(self.state, layer, head, q, k)
-        if self.compare is not None:
-            text += GC.compare_readout(self.compare, self.drawn, layer, head, q, k,
-                                       self.state.shown().hide_first)
-        return text
+        st = self.state  # (B or A − B: what the pixel shows, of the clean runs; grid_compare)
+        compared = self.compare and GC.compare_readout(self.compare, self.drawn, layer, head, q, k,
+                                                       st.shown().hide_first, st.effects.ablation.active)
+        return compared or cell_readout(st, layer, head, q, k)
 
     def _on_mouse_moved(self, scene_pos):
         if self.state.result is None or not self.vb.sceneBoundingRect().contains(scene_pos):

@@ -14,12 +14,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
 
-from attnviz.engine.computing.patterns import drop_first_key, no_weight_rows, pooled_undefined, signed_pool
+from attnviz.engine.computing.patterns import drop_first_key, head_title, no_weight_rows, pooled_undefined, signed_pool
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 from attnviz.figures.numbers import signed
 from attnviz.ui.views.fields import plain_label
+from attnviz.ui.views.mosaic import raw_pieces
 
 
 
@@ -50,11 +51,15 @@ class ModeSelector(QWidget):
             self.group.addButton(b)
             self.buttons[mode] = b
             lay.addWidget(b)
+        self.clean = plain_label(QLabel(f"({CLEAN_RUNS})"))  # (shown while something is switched off)
+        lay.addWidget(self.clean)
         lay.addStretch(1)
         jobs.sigChanged.connect(self.refresh)
+        jobs.state.effects.sigAblationChanged.connect(lambda _a: self.refresh())
         self.refresh()
 
     def refresh(self) -> None:
+        self.clean.setVisible(self.jobs.state.effects.ablation.active)
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
             b.setChecked(mode == self.jobs.mode)
@@ -185,21 +190,36 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
     return d, blank
 
 
-def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_first: bool = False) -> str:
-    """B's weight and A − B at one cell while the grid shows them ("" otherwise), as it shows them:
-    with the first key hidden, renormalised (that key: nothing), and a row with no weight left on
-    either side undefined."""
+# what Compare compares while heads (or edges) are switched off in A: both models' clean runs
+CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
+
+
+def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_first: bool = False,
+                    switched_off: bool = False) -> str | None:
+    """The grid's hover over one cell while it shows B or A − B (None in mode A, or before the
+    comparison of `result` is in): the value the pixel shows first, named by its side ("B L1 H0",
+    "A − B L1 H0", as the tiles' titles), then the other two, as shown: with the first key hidden,
+    renormalised (that key: hidden), and a row with no weight left on either side undefined. Both
+    sides are the clean runs (compare_values); `switched_off` (heads are off in A): it says so."""
     mode = compared_mode(jobs)
     c = jobs.comparison if mode != "A" else None
-    if c is None or c.result is not result or hide_first and k == 0:
-        return ""
-    return f"  [compare: {cell_numbers(c, layer, head, q, k, hide_first)}]"
+    if c is None or c.result is not result:
+        return None
+    lab = result.labels
+    text = f"{MODE_TITLES[mode]} {head_title(layer, head)}  {lab[q]} \u2192 {lab[k]}  "
+    got = cell_values(c, layer, head, q, k, hide_first)
+    if isinstance(got, str):
+        text += got
+    else:
+        a, b = got
+        text += (f"{b:.4f}  (A {a:.4f}, A \u2212 B {signed(a - b)})" if mode == "B"
+                 else f"{signed(a - b)}  (A {a:.4f}, B {b:.4f})")
+    return text + raw_pieces(result, q, k) + (f"  [{CLEAN_RUNS}]" if switched_off else "")
 
 
-def cell_numbers(c, layer: int, head: int, q: int, k: int, hide_first: bool) -> str:
-    """A's and B's weight at one cell of comparison `c` and A − B, as shown: with the first key
-    hidden, renormalised (the hidden key itself: "first key hidden"), and a row with no weight left
-    on either side undefined."""
+def cell_values(c, layer: int, head: int, q: int, k: int, hide_first: bool) -> tuple[float, float] | str:
+    """(A's, B's) weight at one cell of comparison `c` as shown, or why there is none: the first
+    key hidden ("first key hidden"), a row with no weight left on either side (undefined)."""
     if hide_first and k == 0:
         return "first key hidden"
     rows = [c.a_attentions[layer, head, q], c.b_attentions[layer, head, q]]
@@ -209,5 +229,13 @@ def cell_numbers(c, layer: int, head: int, q: int, k: int, hide_first: bool) -> 
         empty = [side for side, r in zip("AB", rows) if no_weight_rows(r)]
         if empty:
             return f"A \u2212 B undefined: no weight left once the first key is hidden in {' and '.join(empty)}"
-    a, b = float(rows[0][k]), float(rows[1][k])
+    return float(rows[0][k]), float(rows[1][k])
+
+
+def cell_numbers(c, layer: int, head: int, q: int, k: int, hide_first: bool) -> str:
+    """A's and B's weight at one cell of comparison `c` and A − B, as shown (cell_values)."""
+    got = cell_values(c, layer, head, q, k, hide_first)
+    if isinstance(got, str):
+        return got
+    a, b = got
     return f"A {a:.4f}, B {b:.4f}, A \u2212 B {signed(a - b)}"

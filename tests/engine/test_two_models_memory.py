@@ -1,0 +1,144 @@
+"""Two models' memory (Compare's A and B, pair.load_second): under the default budget each leaves
+room for the W_O Grams the other has not made yet, as B opens and when A's budget goes back to
+auto; a chosen budget holds both models' float32 layers and unembedding copies and nothing else,
+whichever Grams were made before; and A compared with its own last checkpoint is A, its budget
+untouched."""
+
+import gc
+import re
+
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing.pair import budget_left, load_second
+from attnviz.engine.computing.checkpoints import load_checkpoints
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.errors import AttnvizError, ModelLoadError
+from attnviz.engine.reading import memory_budget as MB
+from attnviz.engine.reading import weights
+from attnviz.engine.reading.memory_budget import grams_bytes
+from attnviz.engine.reading.registry import TOY_MODEL
+from attnviz.engine.reading.weights import Checkpoint
+from gguf_files import Q, gguf_tensors, write_gguf
+from tiny import FIXTURES
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6]
+VALUES = RunRequest(values=True, use_cache=False)
+LLAMA = FIXTURES / "llama_gqa"
+
+
+@pytest.fixture(autouse=True)
+def _auto_budget():
+    MB.set_memory_budget(None)
+    yield
+    MB.set_memory_budget(None)
+
+
+def _open_b(a):
+    return load_second(lambda budget: load_model(LLAMA, budget=budget), a, "B")
+
+
+def test_b_opened_under_auto_leaves_room_for_the_grams_a_has_not_made(monkeypatch):
+    """Memory for B's layers and what B needs besides (its own Grams too) keeps every layer of B
+    alone; beside an A that has made none of its Grams, B keeps less by A's Grams' bytes, and
+    beside an A that made them all, every layer again."""
+    a = load_model(LLAMA)
+    total = sum(a.weights.layers.sizes)
+    besides = Checkpoint(LLAMA).float32_bytes() - total + grams_bytes(a.config)
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + besides + total)
+    assert load_model(LLAMA).weights.layers.budget == total  # B alone
+    b = _open_b(a).weights.layers
+    assert b.budget == total - grams_bytes(a.config) and b.kept < a.config.n_layer
+    a.run(ids=IDS, request=VALUES)  # all of A's Grams made: their memory is out of what is available
+    b = _open_b(a).weights.layers
+    assert b.budget == total and b.kept == a.config.n_layer
+
+
+def test_auto_on_a_with_b_open_leaves_room_for_the_grams_b_has_not_made(monkeypatch):
+    """Models > Memory budget 'auto' on A while B is open: the memory available now and A's layers
+    held, less the Grams neither has made yet; B freed, less A's alone."""
+    a = load_model(LLAMA)
+    store = a.weights.layers
+    total, grams = sum(store.sizes), grams_bytes(a.config)
+    b = _open_b(a)
+    b.run(ids=IDS, request=RunRequest(values=True, use_cache=False, layers=1))  # layer 0's Grams
+    unmade_b = b.grams_to_make()
+    assert 0 < unmade_b < grams
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + grams + unmade_b - 1)
+    a.set_memory_budget(None)
+    assert store.budget == total - 1 and store.kept < a.config.n_layer
+    a.set_memory_budget(10 * total)
+    a.run(ids=IDS)  # (every layer of A held again)
+    del b
+    gc.collect()
+    a.set_memory_budget(None)
+    assert store.budget == total + unmade_b - 1 and store.kept == a.config.n_layer
+
+
+def test_a_chosen_budget_leaves_b_the_same_room_whatever_grams_were_made():
+    """A chosen budget holds float32 layers: what it leaves for B, and B's own budget, are the
+    same before and after A made its Grams (Value-weighted on before Compare or not)."""
+    a = load_model(LLAMA)
+    held = a.weights.layers.held_bytes()
+    MB.set_memory_budget(10 * held)
+    before = budget_left(a)
+    assert before == 10 * held - held
+    b = _open_b(a)
+    assert b.weights.layers.budget == before
+    a.run(ids=IDS, request=VALUES)
+    b.run(ids=IDS, request=VALUES)
+    assert a.grams_held() == b.grams_held() == grams_bytes(a.config)
+    assert budget_left(a) == before and _open_b(a).weights.layers.budget == before
+
+
+def test_a_chosen_budget_counts_as_float32_unembedding_copy(tmp_path):
+    """A's unembedding copy, kept under its budget (the budget holds every layer and it besides),
+    is held by the chosen budget as A's layers are: B gets the budget less both, and a refusal
+    names both."""
+    cfg, tensors = gguf_tensors(LLAMA)
+    a = load_model(write_gguf(tmp_path / "m.gguf", cfg, tensors, Q.Q8_0))
+    held = a.weights.layers.held_bytes()
+    MB.set_memory_budget(10 * held)
+    assert budget_left(a) == 9 * held
+    w_u = a.lm_head().w_u
+    w_u.hold_after = -1  # (kept from its next block on, as after eight passes)
+    w_u.block(0)
+    copy = w_u.kept.nbytes
+    assert copy > 0 and budget_left(a) == 9 * held - copy
+
+    def refuse(budget):
+        raise ModelLoadError("refused")
+    with pytest.raises(AttnvizError, match=re.escape(f"beside {a.name}'s float32 layers and float32 unembedding")):
+        load_second(refuse, a, "B")
+
+
+def test_the_chosen_budget_is_read_once_for_the_room_and_the_words(monkeypatch):
+    """A budget chosen on another thread while B loads changes neither B's room nor the words of
+    its refusal: both name the budget read as B began."""
+    a = load_model(LLAMA)
+    held = a.weights.layers.held_bytes()
+    reads = iter([held + (1 << 20)])
+    monkeypatch.setattr(MB, "chosen_budget", lambda: next(reads, 5 * held))
+
+    def refuse(budget):
+        raise ModelLoadError("refused")
+    with pytest.raises(AttnvizError) as refused:
+        load_second(refuse, a, "B")
+    assert f"(1 MiB of the {MB.format_bytes(held + (1 << 20))} memory budget left beside " in str(refused.value)
+
+
+@pytest.mark.parametrize("chosen", [False, True])
+def test_a_compared_with_its_own_last_checkpoint_keeps_its_budget(chosen):
+    """The toy model's last checkpoint is the folder itself, A's own Model: load_second gives A
+    back with its budget and layers as they were: under auto with A's Grams not made (none are
+    left room for beside itself), and under a chosen budget that leaves less than one layer."""
+    a = load_model(TOY_MODEL)
+    store = a.weights.layers
+    if chosen:  # room for less than a layer beside A's, its Grams made (the reviewer's case)
+        a.run(ids=[1, 2, 3, 4], request=VALUES)
+        MB.set_memory_budget(sum(store.sizes) + max(store.sizes) // 2)
+    budget, kept, line = store.budget, store.kept, a.memory
+    ckpts = load_checkpoints(a)
+    b = load_second(lambda _budget: ckpts.model(ckpts.last), a, "checkpoint")
+    assert b is a and store.budget == budget and store.kept == kept == a.config.n_layer
+    assert a.memory == line and a.beside() == []
