@@ -51,3 +51,26 @@ def test_a_dense_request_over_its_limit_reads_over_it(monkeypatch):
     exc = DenseTooLarge((1, 1, 1, 1), 2 * GIB + 1, "ask for less", limit=2 * GIB)
     assert "float32 = 2.01 GiB, over the 2 GiB limit: ask for less" in str(exc)
     assert isinstance(exc, InputError)
+
+
+def test_a_refused_second_model_reads_its_room_as_its_own_refusal_does():
+    """The room a chosen budget leaves B (1.006 MiB: 1.01 to the nearest) reads as the budget B's
+    own refusal names, in one line."""
+    import re
+
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing.pair import load_second
+    from attnviz.engine.errors import AttnvizError
+    from tiny import FIXTURES
+
+    a = load_model(FIXTURES / "llama_gqa")
+    left = MIB + 6 * KIB
+    MB.set_memory_budget(a.weights.layers.held_bytes() + left)
+    try:
+        with pytest.raises(AttnvizError) as refused:
+            load_second(lambda budget: MB.resolve_budget("B", [budget + KIB], budget=budget), a, "B")
+    finally:
+        MB.set_memory_budget(None)
+    said = str(refused.value)
+    room, own = re.search(r"B \((\S+ \S+) of the .*: B: a memory budget of (\S+ \S+) is less", said).groups()
+    assert room == own == "1 MiB", said
