@@ -14,7 +14,8 @@ from attnviz.commands.checks import add_model, check_out, non_negative, parse_id
 from attnviz.engine import WINDOW_MODEL, find_models, load_model
 from attnviz.engine.reading import textbook
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long, size_text
+from attnviz.engine.computing.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.registry import TOY_LICENSE, TOY_MODEL
 from attnviz.engine.computing.request import RunRequest
 
@@ -143,7 +144,7 @@ def _attention_part(model, args, ids, layer, rows, out) -> int:
     need = dense_bytes(len(layers), c.n_head, T, b - a)
     if need > DENSE_LIMIT:
         raise InputError(f"attentions [{len(layers)}, {c.n_head}, {b - a}, {T}] float32 = "
-                         f"{size_text(need)}, over the {size_text(DENSE_LIMIT)} limit: "
+                         f"{format_bytes(need, 'up')}, over the {format_bytes(DENSE_LIMIT)} limit: "
                          + ("ask for fewer query rows (--rows A:B)" if layer is not None else
                             ASK_FOR_LESS))
     show_notice("attention", result)

@@ -8,7 +8,7 @@ import sys
 import time
 
 from attnviz.commands.checks import add_model, check_out
-from attnviz.engine.reading.memory_budget import format_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.gguf_write import WRITE_TYPES, write_gguf
 from attnviz.engine.reading.quantize import quant_type
 from attnviz.engine.reading.registry import resolve

@@ -24,7 +24,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.anatomy import head_costs, head_dim_note, input_name, layer_anatomy
-from attnviz.engine.calc import format_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.computing.edits import ReplaceHead, patches_at
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool

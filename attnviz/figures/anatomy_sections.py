@@ -12,7 +12,8 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF
 
 from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.analysing.anatomy import cost_totals
-from attnviz.engine.calc import format_bytes, format_count
+from attnviz.engine.calc import format_count
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.figures.anatomy_parts import AnatomyView, Band, Block, Text, shape_text
 from attnviz.figures.render import MUTED, TEXT, figure_font
 from attnviz.figures.style import GOOD, WARNING

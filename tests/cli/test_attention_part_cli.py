@@ -47,10 +47,10 @@ def test_a_dense_request_over_the_limit_names_its_size_and_the_options(tmp_path,
             "--out", str(tmp_path / "a.npz")]
     assert main(args) != 0
     err = capsys.readouterr().err
-    assert "[2, 8, 14, 14] float32 = 12.2 KiB, over the 4.9 KiB limit" in err
+    assert "[2, 8, 14, 14] float32 = 12.3 KiB, over the 4.88 KiB limit" in err
     assert "--layer L" in err and "--rows A:B" in err
     assert not (tmp_path / "a.npz").exists()
-    assert main([*args, "--layer", "1", "--rows", "0:5"]) == 0  # 2.2 KiB: written
+    assert main([*args, "--layer", "1", "--rows", "0:5"]) == 0  # 2.19 KiB: written
 
 
 @pytest.mark.parametrize("extra, message", [

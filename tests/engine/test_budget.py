@@ -414,7 +414,7 @@ def test_the_refusal_counts_one_layer_and_what_the_model_keeps_besides(monkeypat
         MB.resolve_budget("big", [MB.GIB // 2], other_bytes=MB.GIB)
     assert str(err.value) == ("big needs about 1.5 GiB to run even one layer at a time (its largest "
                               "layer expanded to float32 and what the model keeps besides its "
-                              "layers), but only 1.0 GiB of memory is available; pick a smaller model")
+                              "layers), but only 1 GiB of memory is available; pick a smaller model")
     with pytest.raises(ModelLoadError, match="needs about 1.5 GiB"):
         MB.resolve_budget("big", [MB.GIB // 2], other_bytes=MB.GIB, optional_bytes=MB.GIB)
     monkeypatch.setattr(weights, "available_memory", lambda: 4 * MB.GIB)

@@ -278,7 +278,9 @@ def test_model_too_big_for_memory_is_refused_before_loading(tmp_path, monkeypatc
     import attnviz.engine.reading.weights as W
     folder = tiny_llama(tmp_path / "m")
     monkeypatch.setattr(W, "available_memory", lambda: 1000)
-    with pytest.raises(ModelLoadError, match=r"needs about .* GiB to run even one layer at a time .* GiB of memory is available"):
+    # (in a unit that shows them: "0.0 GiB" beside "0.0 GiB" would say nothing)
+    with pytest.raises(ModelLoadError, match=r"needs about [1-9][\d.]* KiB to run even one layer at a time .* "
+                                             r"but only 1,000 bytes of memory is available"):
         load_model(folder)
     monkeypatch.setattr(W, "available_memory", lambda: None)  # unknown: load as usual
     assert load_model(folder).config.n_head == 8

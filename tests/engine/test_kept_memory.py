@@ -13,7 +13,8 @@ from attnviz.engine import load_model
 from attnviz.engine.computing import logits as L
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.reading.memory_budget import format_bytes, grams_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
+from attnviz.engine.reading.memory_budget import grams_bytes
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
 

@@ -150,7 +150,7 @@ def test_a_long_run_reports_each_layer_and_stops_when_cancelled(runs):
 def test_a_dense_run_over_the_limit_is_refused_naming_its_size(runs, monkeypatch):
     model, ids = runs["gpt2"][:2]
     monkeypatch.setattr(longdoc, "DENSE_LIMIT", 1000)
-    with pytest.raises(InputError, match=r"\[2, 4, 37, 37\] float32 = 42.8 KiB, over the 1000 B limit: the window shows a text this long in its long view"):
+    with pytest.raises(InputError, match=r"\[2, 4, 37, 37\] float32 = 42.8 KiB, over the 1,000 bytes limit: the window shows a text this long in its long view"):
         model.run(ids=ids, request=RunRequest(use_cache=False))
     run_long(model, ids=ids)  # the long path holds no dense patterns
 

@@ -13,7 +13,7 @@ from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import qpack
-from attnviz.engine.reading.memory_budget import format_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
 

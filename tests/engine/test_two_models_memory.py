@@ -16,6 +16,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading import weights
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.memory_budget import grams_bytes
 from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.engine.reading.weights import Checkpoint
@@ -124,7 +125,7 @@ def test_the_chosen_budget_is_read_once_for_the_room_and_the_words(monkeypatch):
         raise ModelLoadError("refused")
     with pytest.raises(AttnvizError) as refused:
         load_second(refuse, a, "B")
-    assert f"(1 MiB of the {MB.format_bytes(held + (1 << 20))} memory budget left beside " in str(refused.value)
+    assert f"(1 MiB of the {format_bytes(held + (1 << 20))} memory budget left beside " in str(refused.value)
 
 
 @pytest.mark.parametrize("chosen", [False, True])

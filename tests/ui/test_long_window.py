@@ -291,7 +291,7 @@ def test_a_generation_whose_rows_and_kv_would_pass_the_limit_is_refused_before_i
     """The guard counts each step's rows and the K and V arrays as allocated: their room for the
     next positions, and the old arrays beside a copy (here the rows alone would fit)."""
     import attnviz.ui.machinery.long_jobs as long_jobs
-    from attnviz.engine.computing.longdoc import size_text
+    from attnviz.engine.reading.byte_sizes import format_bytes
     from attnviz.engine.computing.trace import kv_room
 
     w, gen, panel = win, win.state.generation, win.generate_panel
@@ -307,6 +307,6 @@ def test_a_generation_whose_rows_and_kv_would_pass_the_limit_is_refused_before_i
     panel.start()
     assert not gen.running and gen.steps == [] and w.state.text == PROMPT
     text = panel.status.text()
-    assert f"20 steps after {T} tokens would keep {size_text(rows)} of attention rows" in text
-    assert f"and up to {size_text(kv)} of keys and values" in text
+    assert f"20 steps after {T} tokens would keep {format_bytes(rows, 'up')} of attention rows" in text
+    assert f"and up to {format_bytes(kv, 'up')} of keys and values" in text
     assert text.endswith(f"limit: ask for at most about {fit} new tokens") and 0 < fit < 20

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox
 from attnviz.engine import load_model
 from attnviz.engine.computing.logits import FILL_PASSES
 from attnviz.engine.reading import memory_budget as MB
+from attnviz.engine.reading.byte_sizes import format_bytes
 from safetensors.numpy import load_file, save_file
 from tiny import FIXTURES
 from windows import WAIT, open_window, wait_for_text
@@ -59,7 +60,7 @@ def test_the_dialog_shows_the_w_o_grams_the_model_keeps(window, qtbot, monkeypat
     w.menus.memory_budget_action.trigger()
     c = model.config
     assert asked[1].endswith(f"Now: {model.weights.layers.describe()}; also kept: W_O Grams for "
-                             f"{c.n_layer} of {c.n_layer} layers ({MB.format_bytes(MB.grams_bytes(c))})")
+                             f"{c.n_layer} of {c.n_layer} layers ({format_bytes(MB.grams_bytes(c))})")
 
 
 def _now_line(w, monkeypatch) -> str:
@@ -83,7 +84,7 @@ def test_the_dialog_names_the_unembeddings_float32_copy_once_kept(qtbot, setting
         head.w_u.expect_passes(FILL_PASSES + 1)  # as a generation of more steps asks
         head.logits(np.ones((1, c.d_model), np.float32))
         assert _now_line(w, monkeypatch) == (f"{line}; also kept: unembedding as float32 "
-                                             f"({MB.format_bytes(4 * c.vocab_size * c.d_model)})")
+                                             f"({format_bytes(4 * c.vocab_size * c.d_model)})")
     finally:
         w.worker.wait_idle()
 
@@ -99,11 +100,11 @@ def test_the_dialog_names_float32_embeddings_once_and_the_grams(qtbot, settings_
         model = w.state.model
         c, line = model.config, model.weights.layers.describe()
         tables = (f"embeddings and tied unembedding as float32 "
-                  f"({MB.format_bytes(4 * (c.vocab_size + c.max_positions) * c.d_model)})")
+                  f"({format_bytes(4 * (c.vocab_size + c.max_positions) * c.d_model)})")
         assert _now_line(w, monkeypatch) == f"{line}; also kept: {tables}"
         w.state.set_value_weighted(True)
         qtbot.waitUntil(lambda: w.state.result.value_norms is not None, timeout=WAIT)
         assert _now_line(w, monkeypatch) == (f"{line}; also kept: {tables}, W_O Grams for 2 of 2 "
-                                             f"layers ({MB.format_bytes(MB.grams_bytes(c))})")
+                                             f"layers ({format_bytes(MB.grams_bytes(c))})")
     finally:
         w.worker.wait_idle()

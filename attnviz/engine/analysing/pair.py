@@ -23,6 +23,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import quoted, tokens
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def load_second(load: Callable[[int | None], object], a, what: str):
     chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
     left, held = _room(a, chosen)
     if left is not None and left <= 0:
-        raise InputError(f"{what}: the memory budget of {MB.format_bytes(chosen)} is all held by "
+        raise InputError(f"{what}: the memory budget of {format_bytes(chosen)} is all held by "
                          f"{held}; give a larger --memory-budget for two models")
     try:
         b = load(left)
@@ -187,7 +188,8 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         b.open_beside(a)
         return b
     except AttnvizError as exc:
-        room = "" if left is None else (f" ({MB.format_bytes(left)} of the {MB.format_bytes(chosen)} "
+        # (the room rounds down, as B's own refusal writes the budget it got)
+        room = "" if left is None else (f" ({format_bytes(left, 'down')} of the {format_bytes(chosen)} "
                                         f"memory budget left beside {held})")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
         raise kind(f"{what}{room}: {exc}") from None

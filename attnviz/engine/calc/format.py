@@ -3,24 +3,8 @@ byte units, counts with k / M / B, the MHA / GQA / MQA comparison's rows."""
 
 from __future__ import annotations
 
+from attnviz.engine.reading.byte_sizes import BINARY_UNITS, format_bytes  # noqa: F401 (sizes as shown everywhere)
 from attnviz.engine.reading.token_text import plural, tokens  # noqa: F401 (the Calculator's words too)
-
-BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
-
-
-def format_bytes(n: int) -> str:
-    """`2147483648` -> `2 GiB`; `1152` -> `1.12 KiB`; 168.4 MiB -> `168.4 MiB`: 3 significant
-    digits below 100 (`.3g`) and one decimal from 100 on, in binary units, labelled so. A trailing
-    zero is never written, so a size that rounds to a whole number reads as that number does
-    (`168 MiB` for 168 MiB and for 168.04 MiB, never `168.0 MiB` beside it)."""
-    if n < 1024:
-        return f"{n} byte" + ("" if n == 1 else "s")
-    value, unit = float(n), 0
-    while value >= 1024 and unit < len(BINARY_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    text = f"{value:.3g}" if value < 100 else f"{value:.1f}".removesuffix(".0")
-    return f"{text} {BINARY_UNITS[unit]}"
 
 
 def latent_readers(n_head: int) -> str:

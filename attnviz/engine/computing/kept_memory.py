@@ -13,7 +13,7 @@ import mmap
 
 import numpy as np
 
-from attnviz.engine.reading.memory_budget import format_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import plural
 
 EMBEDDINGS = ("token embedding", "position embedding", "token type embedding")

@@ -31,6 +31,7 @@ from attnviz.engine.computing.long_patterns import LongPatterns
 from attnviz.engine.computing.rowblocks import ROW_BLOCK, attend_in_blocks
 from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.parallel import cores
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
@@ -40,13 +41,6 @@ DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32
 def dense_bytes(n_layer: int, n_head: int, T: int, rows: int | None = None) -> int:
     """Bytes of float32 patterns [n_layer, n_head, rows, T] (rows: all T by default)."""
     return 4 * n_layer * n_head * (T if rows is None else rows) * T
-
-
-def size_text(n: int) -> str:  # bytes -> "72.0 GiB"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 class LongTrace(Trace):
@@ -171,7 +165,7 @@ class DenseTooLarge(InputError):
     def advice(self, instead: str) -> str:
         n_layer, n_head, T, _ = self.shape
         return (f"every attention pattern of {T} tokens at once is [{n_layer}, {n_head}, {T}, {T}] "
-                f"float32 = {size_text(self.nbytes)}, over the {size_text(self.limit)} limit: "
+                f"float32 = {format_bytes(self.nbytes, 'up')}, over the {format_bytes(self.limit)} limit: "
                 f"{instead}")
 
 
@@ -194,4 +188,4 @@ def check_dense(cfg, T: int, limit: int | None = None) -> None:
 
 
 __all__ = ["DENSE_LIMIT", "DenseTooLarge", "LongRun", "LongTrace", "check_dense", "dense_bytes",
-           "is_long", "patterns_of", "run_long", "size_text"]
+           "is_long", "patterns_of", "run_long"]

@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.reading.memory_budget import format_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading.pages import (
     MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
@@ -191,8 +191,8 @@ class LayerStore(Sequence):
         layers newly in the set are expanded when next asked for."""
         total = sum(self.sizes)
         if budget is not None and budget < max(self.sizes, default=0):
-            raise InputError(f"{self.source}: a memory budget of {format_bytes(budget)} is less than "
-                             f"one layer expanded to float32 ({format_bytes(max(self.sizes))})")
+            raise InputError(f"{self.source}: a memory budget of {format_bytes(budget, 'down')} is less "
+                             f"than one layer expanded to float32 ({format_bytes(max(self.sizes), 'up')})")
         if budget is None or budget >= total:
             keep = set(range(len(self.sizes)))
         else:  # the last layers, leaving room for the largest other layer to pass through

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from attnviz.engine.errors import BudgetTooSmall, InputError, ModelLoadError
-from attnviz.engine.reading.token_text import plural
+from attnviz.engine.reading.byte_sizes import format_bytes
 
 GIB = 1 << 30
 HEADROOM = 1 * GIB  # left out of the default budget: the app, the activations, the KV cache
@@ -33,12 +33,6 @@ def parse_budget(text: str) -> int | None:
     if n <= 0:
         raise InputError(f"memory budget {text!r} is zero: give e.g. 2G, 512M, 8GiB or auto")
     return n
-
-
-def format_bytes(n: int) -> str:
-    if n >= GIB:
-        return f"{n / GIB:.1f} GiB"
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else plural(n, "byte")
 
 
 def set_memory_budget(n_bytes: int | None, command_line: bool = False) -> None:
@@ -96,8 +90,9 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
     if budget is not None:
         if budget < largest:
             raise BudgetTooSmall(
-                f"{name}: a memory budget of {format_bytes(budget)} is less than one layer expanded "
-                f"to float32 ({format_bytes(largest)}); give at least that much (--memory-budget)")
+                f"{name}: a memory budget of {format_bytes(budget, 'down')} is less than one layer "
+                f"expanded to float32 ({format_bytes(largest, 'up')}); give at least that much "
+                "(--memory-budget)")
         return budget
     have = available_memory()
     if have is None:
@@ -105,7 +100,7 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
     need = largest + int(other_bytes)
     if need > have:
         raise ModelLoadError(
-            f"{name} needs about {need / GIB:.1f} GiB to run even one layer at a time (its largest "
-            f"layer expanded to float32 and what the model keeps besides its layers), but only "
-            f"{have / GIB:.1f} GiB of memory is available; pick a smaller model")
+            f"{name} needs about {format_bytes(need, 'up')} to run even one layer at a time (its "
+            f"largest layer expanded to float32 and what the model keeps besides its layers), but "
+            f"only {format_bytes(have, 'down')} of memory is available; pick a smaller model")
     return max(largest, default_budget(int(other_bytes) + int(optional_bytes)))

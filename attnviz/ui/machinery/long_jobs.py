@@ -220,8 +220,8 @@ class LongJobs(QObject):
         T] float32 (the slider shows them), and the K and V arrays as allocated, with the room they
         keep for next positions and, while a step copies them into larger ones, the old beside
         the new (generate.kv_positions)."""
-        from attnviz.engine.computing.longdoc import size_text
         from attnviz.engine.errors import InputError
+        from attnviz.engine.reading.byte_sizes import format_bytes
 
         cfg = model.config
         n = max(0, min(max_new, cfg.max_positions - T))
@@ -229,11 +229,11 @@ class LongJobs(QObject):
         if rows + kv > ROWS_LIMIT:
             fit = bisect.bisect_left(range(n), True, key=lambda m: sum(generation_bytes(cfg, T, m)) > ROWS_LIMIT) - 1
             advice = f"ask for at most about {plural(fit, 'new token')}" if fit >= 1 else "give a shorter text"
-            raise InputError(f"{max_new} steps after {tokens(T)} would keep {size_text(rows)} of "
-                             f"attention rows (every head's row at every step) and up to "
-                             f"{size_text(kv)} of keys and values (their arrays' room for the next "
-                             f"positions and a copy into larger ones counted), over the "
-                             f"{size_text(ROWS_LIMIT)} limit: {advice}")
+            raise InputError(f"{max_new} steps after {tokens(T)} would keep {format_bytes(rows, 'up')} "
+                             f"of attention rows (every head's row at every step) and up to "
+                             f"{format_bytes(kv, 'up')} of keys and values (their arrays' room for the "
+                             f"next positions and a copy into larger ones counted), over the "
+                             f"{format_bytes(ROWS_LIMIT)} limit: {advice}")
 
     def _on_step(self, job_id: int, step) -> None:
         g = self._gen

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.calc.format import format_bytes
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.calc import calculate
 from attnviz.engine.calc.from_config import calc_inputs_from_config

@@ -46,7 +46,8 @@ def load_with_auto(w, source: str, message: str, fallback: str | None) -> None:
     """The remembered memory budget is below one layer of the model opened, and no model is on
     screen (at start-up): the budget goes back to auto, remembered so, and the model loads again;
     the banner says so while it loads, and once it is shown (loaded)."""
-    from attnviz.engine.reading.memory_budget import chosen_budget, format_bytes, set_memory_budget
+    from attnviz.engine.reading.byte_sizes import format_bytes
+    from attnviz.engine.reading.memory_budget import chosen_budget, set_memory_budget
 
     was = chosen_budget()
     set_memory_budget(None)
