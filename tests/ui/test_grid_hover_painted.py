@@ -19,6 +19,7 @@ from PySide6.QtCore import QPoint, QPointF, QRectF, Qt  # noqa: E402
 from attnviz.figures.style import heat_positions, heat_table  # noqa: E402
 from attnviz.ui.machinery.state import AppState  # noqa: E402
 from attnviz.ui.views.grid import HeatmapGrid  # noqa: E402
+from attnviz.ui.views.grid_fit import fitted, scale  # noqa: E402
 from windows import drain_events  # noqa: E402
 
 READOUT = re.compile(r"L0 H(\d+)  t(\d+) → t(\d+)  (\S+)")
@@ -127,6 +128,35 @@ def test_the_hover_and_a_click_on_a_pooled_diagonal_name_the_block_each_pixel_sh
                 clicks += 1
         assert r + 1 == lo.T, (i, r)  # (every row of the tile painted, and counted)
     assert seen > 4 * lo.T * len(lo.heads) and not wrong, f"{len(wrong)} of {seen}: {wrong[:6]}"
+
+
+@pytest.mark.parametrize("mode", ["layer", "all"])
+def test_a_mosaic_less_than_a_pixel_larger_than_its_pixels_drops_no_row_or_column(qtbot, mode):
+    """Qt paints the mosaic into its rect rounded to whole pixels: where the mosaic's exact size on
+    screen is under a pixel more than its pixels, every tile's diagonal is still painted whole, each
+    mosaic row and column on a screen row and column of its own."""
+    st, g, _ = _grid(qtbot, mode, _diagonal)
+    w, h = g._view_size()
+    edge = []  # (screen pixels over the mosaic's own along its tighter side, -T): the closest, pooled
+    for T in range(40, 6 * g.layout_.n_tok):
+        lo = fitted(mode, 1, 0, np.arange(4), T, w, h)[0]
+        s = scale(lo, w, h)
+        edge.append((round(min(s * lo.width - lo.width, s * lo.height - lo.height), 6), -T))
+    over, T = min(edge)
+    T = -T
+    assert over < 1, over
+    st.set_result(_result(_diagonal(T)))
+    drain_events()
+    lo = g.layout_
+    assert g._view_size() == (w, h), lo.pool
+    image = g.gw.viewport().grab().toImage()
+    hot = tuple(int(c) for c in heat_table(st.colormap)[255, :3])
+    for i in range(len(lo.heads)):
+        runs = {}
+        for _, xs, r in _diagonal_rows(g, image, hot, i):
+            runs.setdefault(r, xs)
+        firsts = [runs[r][0] for r in sorted(runs)]  # (each row's run right of the last one's)
+        assert len(runs) == lo.T and firsts == sorted(set(firsts)), (i, len(runs), lo.T, lo.pool, over)
 
 
 def test_the_hover_over_a_pooled_random_pattern_names_a_cell_of_the_colour_painted(qtbot):
