@@ -90,20 +90,34 @@ def compare_tiles_image(qtbot, panel, mode):
 
 
 def grid_pixel(g, x: float, y: float) -> tuple[int, int, int]:
-    """The grid's painted colour at image point (x, y) of its mosaic."""
-    from PySide6.QtCore import QPointF
-
-    p = g.gw.mapFromScene(g.img.mapToScene(QPointF(x, y)))
-    c = g.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
+    """The grid's painted colour on the screen pixel that shows the mosaic pixel holding image
+    point (x, y) (grid_aim)."""
+    c = g.gw.viewport().grab().toImage().pixelColor(grid_aim(g, x, y))
     return c.red(), c.green(), c.blue()
 
 
-def hover_grid(qtbot, g, x: float, y: float) -> str:
-    """The grid's tooltip with the pointer at image point (x, y) of its mosaic."""
-    from PySide6.QtCore import QPointF
+def grid_aim(g, x: float, y: float):
+    """The grid's viewport pixel that shows the mosaic pixel holding image point (x, y): Qt paints
+    the mosaic into its rect rounded to whole pixels, each screen pixel the mosaic pixel at its
+    centre, so the one nearest that pixel's centre shows it (a mosaic pixel a screen pixel or
+    more: grid_fit)."""
+    import math
 
-    at = g.vb.mapSceneToView(g.img.mapToScene(QPointF(x, y)))
-    hover_plot(qtbot, g.vb, g.gw, at.x(), at.y())
+    from PySide6.QtCore import QPoint
+
+    box = g.gw.viewportTransform().mapRect(g.img.sceneBoundingRect())
+    at = []
+    for lo, hi, n, v in ((box.left(), box.right(), g.img.width(), x),
+                         (box.top(), box.bottom(), g.img.height(), y)):
+        a, b = math.floor(lo + 0.5), math.floor(hi + 0.5)
+        at.append(math.floor(a + (math.floor(v) + 0.5) * (b - a) / n))
+    return QPoint(*at)
+
+
+def hover_grid(qtbot, g, x: float, y: float) -> str:
+    """The grid's tooltip with the pointer on the screen pixel that shows the mosaic pixel holding
+    image point (x, y) (grid_aim)."""
+    _hover_taken(qtbot, g.gw, lambda: grid_aim(g, x, y))
     return g.gw.toolTip()
 
 
@@ -193,9 +207,14 @@ def hover_plot(qtbot, view_box, graphics_view, x: float, y: float) -> None:
     again until the scene takes a move (pyqtgraph drops moves closer together than its rate limit)."""
     from PySide6.QtCore import QPointF
 
+    _hover_taken(qtbot, graphics_view,
+                 lambda: graphics_view.mapFromScene(view_box.mapViewToScene(QPointF(x, y))))
+
+
+def _hover_taken(qtbot, graphics_view, aim) -> None:
+    """The pointer moved to viewport pixel aim() until the scene takes a move."""
     def move() -> bool:  # (aimed again each time: a layout may move the view meanwhile)
-        pos = graphics_view.mapFromScene(view_box.mapViewToScene(QPointF(x, y)))
-        hover(graphics_view.viewport(), pos)
+        hover(graphics_view.viewport(), aim())
         return bool(taken)
 
     scene, taken = graphics_view.scene(), []

@@ -18,11 +18,12 @@ from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_lab
 from attnviz.figures.view import window_edge
 from attnviz.ui.views.compute_figures import tokens
 from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
-from attnviz.ui.views.focus_fit import PAD, Picture, axis_pool, painted_index, picture
+from attnviz.ui.views.focus_fit import PAD, Picture, axis_pool, picture
 from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
 )
 from attnviz.ui.views.mosaic import cell_readout
+from attnviz.ui.views.painted import painted_point
 
 class KeyAxis(pg.AxisItem):
     """Top axis whose tick labels are drawn rotated, so long key tokens never overlap."""
@@ -399,18 +400,11 @@ class FocusView(QWidget):
 
     def _painted_point(self, scene_pos) -> QPointF:
         """The view point, in tokens, at the centre of the picture pixel painted on the screen pixel
-        under `scene_pos` (focus_fit.painted_index): near a pixel's edge the pointer reads the block
-        that pixel shows, not its neighbour. (Off the picture: where its pixels would lie.)"""
-        pic = self.picture
-        if pic is None:
+        under `scene_pos` (painted.py): near a pixel's edge the pointer reads the block that pixel
+        shows, not its neighbour. (Off the picture: where its pixels would lie.)"""
+        if self.picture is None:
             return self.vb.mapSceneToView(scene_pos)
-        t, dpr = self.gw.viewportTransform(), self.gw.devicePixelRatioF()  # (painted in device pixels)
-        at, box = t.map(QPointF(scene_pos)) * dpr, t.mapRect(self.img.sceneBoundingRect())
-        n_rows, n_cols = pic.values.shape
-        j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, n_cols)
-        i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, n_rows)
-        x, y, w, h = pic.rect()
-        return QPointF(x + (j + 0.5) * w / n_cols, y + (i + 0.5) * h / n_rows)
+        return painted_point(self.gw, self.vb, self.img, scene_pos)
 
     def _on_mouse_moved(self, scene_pos):
         if not self.vb.sceneBoundingRect().contains(scene_pos):

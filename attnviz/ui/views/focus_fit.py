@@ -9,8 +9,8 @@ the block is undefined (Hide first token: patterns.pooled_undefined), with the f
 that give each picture pixel a screen pixel of its own, the view's padding counted.
 
 Qt's raster engine draws the picture, unsmoothed, into its rect on the screen rounded to whole
-pixels, each screen pixel the picture pixel at its centre in 16.16 fixed point (`painted_index`);
-the pointer reads the cell of the picture pixel painted under it by the same arithmetic."""
+pixels, each screen pixel the picture pixel at its centre in 16.16 fixed point (painted.py
+painted_index); the pointer reads the cell of the picture pixel painted under it by the same arithmetic."""
 
 from __future__ import annotations
 
@@ -30,17 +30,6 @@ def axis_pool(n_tok: int, px: float) -> int:
     view's padding, one pixel less for the rounding of its edges: painted_index)."""
     room = math.floor(px / (1 + 2 * PAD)) - 1
     return max(1, math.ceil(n_tok / max(room, 1)))
-
-
-def painted_index(v: int, lo: float, hi: float, n: int) -> int:
-    """Which of a picture's n pixels along an axis Qt paints at screen pixel v, the picture spanning
-    lo..hi screen pixels (unrounded): its rect rounded to whole pixels, then each pixel sampled at its
-    centre in 16.16 fixed point. Outside the painted span: below 0 or n and above."""
-    start = math.floor(lo + 0.5)
-    width = max(1, math.floor(hi + 0.5) - start)
-    step = int(65536 * n / width)
-    first = math.ceil(0.5 * n / width * 65536) - 1
-    return (first + (v - start) * step) >> 16
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
+from attnviz.ui.views.painted import painted_point
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, NoModel, colour_bar, place_bands, place_titles, update_bar,
 )
@@ -419,7 +420,7 @@ class HeatmapGrid(QWidget):
     def _on_mouse_moved(self, scene_pos):
         if self.state.result is None or not self.vb.sceneBoundingRect().contains(scene_pos):
             return
-        p = self.vb.mapSceneToView(scene_pos)
+        p = painted_point(self.gw, self.vb, self.img, scene_pos)  # (the mosaic pixel painted there)
         cell = self.cell_at(p.x(), p.y())
         # no read-out over a preview (the read-outs read the state's result, another text's): a
         # few ms later the result is in and the read-out with it
@@ -447,7 +448,7 @@ class HeatmapGrid(QWidget):
     def _on_mouse_clicked(self, ev):
         if self.state.result is None:
             return
-        p = self.vb.mapSceneToView(ev.scenePos())
+        p = painted_point(self.gw, self.vb, self.img, ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return

@@ -4,7 +4,10 @@ Qt scales the mosaic to the view by nearest pixel: a mosaic pixel drawn smaller 
 may not be painted at all, and with it a row or a column of a head (a thin diagonal, one strong
 query row). So the grid pools (ui/views/mosaic.py make_layout, figures/view.py Shown.region: each
 pixel the largest weight of its block) until every pixel of the laid-out mosaic, its titles, gaps
-and the view's padding counted, is at least one screen pixel: the fewest tokens a pixel that do."""
+and the view's padding counted, is at least one screen pixel: the fewest tokens a pixel that do.
+Qt paints the mosaic into its rect rounded to whole pixels (painted.py), round(lo + w) - round(lo)
+of them, never fewer than floor(w): a mosaic n pixels across and at least n screen pixels wide is
+painted on at least n, each of its pixels on one of its own."""
 
 from __future__ import annotations
 
