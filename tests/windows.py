@@ -314,3 +314,40 @@ def scan_map_shown(qtbot, width: int, height: int):
     qtbot.waitExposed(view)
     return view
 
+
+
+def diagonal_result(attn):
+    """A stand-in run showing `attn` [1, n_head, T, T] on the bare grid (bare_grid): tokens t0..t(T-1)."""
+    import types
+
+    import numpy as np
+
+    T = attn.shape[-1]
+    labels = [f"t{i}" for i in range(T)]
+    return types.SimpleNamespace(attentions=attn, labels=labels, tokens=labels,
+                                 offsets=[(i, i + 1) for i in range(T)],
+                                 kv_group=np.arange(attn.shape[1]), text="x")
+
+
+def bare_grid(qtbot, mode: str):
+    """A HeatmapGrid on its own state, 900 x 500 px, shown, in view `mode` -> (state, grid)."""
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.views.grid import HeatmapGrid
+
+    st = AppState()
+    g = HeatmapGrid(st)
+    qtbot.addWidget(g)
+    g.resize(900, 500)
+    g.show()
+    qtbot.waitExposed(g)
+    st.set_view_mode(mode)
+    return st, g
+
+
+def tile_side_on_screen(g) -> float:
+    """Screen pixels the grid's first tile spans across."""
+    from PySide6.QtCore import QPointF
+
+    lo = g.layout_
+    a, b = (g.gw.mapFromScene(g.img.mapToScene(QPointF(x, lo.y0[0]))) for x in (lo.x0[0], lo.x0[0] + lo.T))
+    return float(b.x() - a.x())

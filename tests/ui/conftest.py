@@ -5,7 +5,7 @@ once a session."""
 
 import pytest
 
-from windows import CAT, IOI, TEXTBOOK, TOY, WAIT, open_window
+from windows import CAT, IOI, TEXTBOOK, TOY, WAIT, open_window, toy_window
 
 
 @pytest.fixture(autouse=True)
@@ -73,3 +73,19 @@ def calc_panel(qtbot):
     w.resize(420, 900)
     w.show()
     return w
+
+
+@pytest.fixture
+def toy_compare_window(qtbot, tmp_path):
+    """toy_compare_window(text): a window on the toy decoder and `text` (windows.toy_window), its
+    comparison closed and its worker idle when the test ends."""
+    made = []
+
+    def make(text):
+        made.append(toy_window(qtbot, tmp_path / "s.ini", text))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.worker.compare_jobs.close()
+        w.worker.wait_idle()

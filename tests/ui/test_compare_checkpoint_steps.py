@@ -18,18 +18,14 @@ from attnviz.engine.computing.checkpoints import checkpoint_words
 from attnviz.figures.numbers import plain_number
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import toy_window
 
 WAIT = 30000
 TEXT = "the cat sat on the mat and the cat sat"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    yield w
-    w.worker.compare_jobs.close()
-    w.worker.wait_idle()
+def window(toy_compare_window):
+    return toy_compare_window(TEXT)
 
 
 def settled(qtbot, w, a):

@@ -19,7 +19,7 @@ from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
 from attnviz.ui.machinery.compare_jobs import NEXT_KIND, BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import drain_events, hover, tip_shown, toy_window
+from windows import drain_events, hover, tip_shown
 
 WAIT = 30000
 HOLD_S = 120
@@ -27,11 +27,8 @@ TEXT = "the cat sat on the mat and the"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    yield w
-    w.worker.compare_jobs.close()
-    w.worker.wait_idle()
+def window(toy_compare_window):
+    return toy_compare_window(TEXT)
 
 
 def direct(a, b, ids):

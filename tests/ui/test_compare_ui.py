@@ -27,7 +27,7 @@ from attnviz.figures.numbers import plain_number
 from attnviz.figures.style import ERROR
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import hover, tip_shown, toy_window
+from windows import hover, tip_shown
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -35,11 +35,8 @@ TEXT = "the cat sat on the mat and the cat"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    yield w
-    w.worker.compare_jobs.close()
-    w.worker.wait_idle()
+def window(toy_compare_window):
+    return toy_compare_window(TEXT)
 
 
 @pytest.fixture(scope="module")

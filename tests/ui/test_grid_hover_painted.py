@@ -7,48 +7,29 @@ of weight 1, and the other way round.)"""
 
 import math
 import re
-import types
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, QPointF, QRectF, Qt  # noqa: E402
+from PySide6.QtCore import QPoint, QRectF, Qt  # noqa: E402
 
 from attnviz.figures.style import heat_positions, heat_table  # noqa: E402
-from attnviz.ui.machinery.state import AppState  # noqa: E402
-from attnviz.ui.views.grid import HeatmapGrid  # noqa: E402
 from attnviz.ui.views.grid_fit import fitted, scale  # noqa: E402
-from windows import drain_events  # noqa: E402
+from windows import bare_grid, diagonal_result, drain_events, tile_side_on_screen  # noqa: E402
 
 READOUT = re.compile(r"L0 H(\d+)  t(\d+) → t(\d+)  (\S+)")
-
-
-def _result(attn: np.ndarray):
-    T = attn.shape[-1]
-    labels = [f"t{i}" for i in range(T)]
-    return types.SimpleNamespace(attentions=attn, labels=labels, tokens=labels,
-                                 offsets=[(i, i + 1) for i in range(T)],
-                                 kv_group=np.arange(attn.shape[1]), text="x")
 
 
 def _grid(qtbot, mode: str, attn_of):
     """A grid whose tiles are drawn about 1.3 times smaller than their tokens (pooled, a mosaic
     pixel a little over a screen pixel), showing attn_of(T) ([1, n_head, T, T])."""
-    st = AppState()
-    g = HeatmapGrid(st)
-    qtbot.addWidget(g)
-    g.resize(900, 500)
-    g.show()
-    qtbot.waitExposed(g)
-    st.set_view_mode(mode)
-    st.set_result(_result(attn_of(40)))
+    st, g = bare_grid(qtbot, mode)
+    st.set_result(diagonal_result(attn_of(40)))
     drain_events()
-    lo = g.layout_
-    a, b = (g.gw.mapFromScene(g.img.mapToScene(QPointF(x, lo.y0[0]))) for x in (lo.x0[0], lo.x0[0] + lo.T))
-    T = int((b.x() - a.x()) * 1.3)
-    st.set_result(_result(attn_of(T)))
+    T = int(tile_side_on_screen(g) * 1.3)
+    st.set_result(diagonal_result(attn_of(T)))
     drain_events()
     assert g.layout_.pool > 1
     return st, g, g.gw.viewport().grab().toImage()
@@ -145,7 +126,7 @@ def test_a_mosaic_less_than_a_pixel_larger_than_its_pixels_drops_no_row_or_colum
     over, T = min(edge)
     T = -T
     assert over < 1, over
-    st.set_result(_result(_diagonal(T)))
+    st.set_result(diagonal_result(_diagonal(T)))
     drain_events()
     lo = g.layout_
     assert g._view_size() == (w, h), lo.pool

@@ -6,7 +6,6 @@ screen: cells of a one-token diagonal vanished.) The hover over each painted pix
 its block."""
 
 import math
-import types
 
 import numpy as np
 import pytest
@@ -16,33 +15,13 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPointF  # noqa: E402
 
 from attnviz.figures.style import heat_table  # noqa: E402
-from attnviz.ui.machinery.state import AppState  # noqa: E402
-from attnviz.ui.views.grid import HeatmapGrid  # noqa: E402
+from windows import bare_grid, diagonal_result, tile_side_on_screen  # noqa: E402
 
 
 def _result(T: int, n_head: int = 4):
     attn = np.zeros((1, n_head, T, T), np.float32)
     attn[0, :] = np.eye(T, dtype=np.float32)  # a one-token-wide diagonal in every head
-    labels = [f"t{i}" for i in range(T)]
-    return types.SimpleNamespace(attentions=attn, labels=labels, tokens=labels,
-                                 offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(n_head), text="x")
-
-
-def _tile_side_on_screen(g) -> float:
-    lo = g.layout_
-    a, b = (g.gw.mapFromScene(g.img.mapToScene(QPointF(x, lo.y0[0]))) for x in (lo.x0[0], lo.x0[0] + lo.T))
-    return float(b.x() - a.x())
-
-
-def _grid(qtbot, mode: str):
-    st = AppState()
-    g = HeatmapGrid(st)
-    qtbot.addWidget(g)
-    g.resize(900, 500)
-    g.show()
-    qtbot.waitExposed(g)
-    st.set_view_mode(mode)
-    return st, g
+    return diagonal_result(attn)
 
 
 def _unshown(g, st) -> list[tuple[int, int]]:
@@ -67,21 +46,21 @@ def _unshown(g, st) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("mode", ["layer", "all"])
 def test_a_tile_a_little_smaller_than_its_tokens_drops_no_row_or_column(qtbot, mode):
-    st, g = _grid(qtbot, mode)
+    st, g = bare_grid(qtbot, mode)
     st.set_result(_result(40))
-    T = int(_tile_side_on_screen(g) * 1.08) + 1  # 8% more tokens than a tile has screen pixels
+    T = int(tile_side_on_screen(g) * 1.08) + 1  # 8% more tokens than a tile has screen pixels
     st.set_result(_result(T))
     lo = g.layout_
-    assert lo.n_tok == T and lo.pool > 1 and _tile_side_on_screen(g) < T
+    assert lo.n_tok == T and lo.pool > 1 and tile_side_on_screen(g) < T
     assert _unshown(g, st) == []
 
 
 def test_a_view_made_smaller_pools_its_tiles_again(qtbot):
-    st, g = _grid(qtbot, "layer")
+    st, g = bare_grid(qtbot, "layer")
     st.set_result(_result(40))
-    T = int(_tile_side_on_screen(g) * 0.98)  # a pixel a token, with room to spare
+    T = int(tile_side_on_screen(g) * 0.98)  # a pixel a token, with room to spare
     st.set_result(_result(T))
     assert g.layout_.pool == 1
     g.resize(860, 480)  # the tiles 4% smaller: a little smaller than their tokens
     qtbot.waitUntil(lambda: g.layout_.pool > 1, timeout=5000)
-    assert _tile_side_on_screen(g) < T and _unshown(g, st) == []
+    assert tile_side_on_screen(g) < T and _unshown(g, st) == []
