@@ -157,7 +157,8 @@ class Menus:
 
 def ask_memory_budget(w) -> None:
     """Models > Memory budget: a size (2G, 512M) or auto, applied to the loaded model at once and
-    to the models opened later, and remembered (ui/machinery/settings.py)."""
+    to the models opened later, and remembered (ui/machinery/settings.py). A size with Compare's
+    B open holds A and B together, split as when B opened (CompareJobs.share_budget)."""
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
@@ -170,19 +171,29 @@ def ask_memory_budget(w) -> None:
     text, ok = QInputDialog.getText(
         w, "Memory budget", "Float32 layers to keep expanded: a size such as 2G or 512M, or auto "
         "(the memory available, less 1 GiB and what the model needs besides its layers). The "
-        f"results are the same.\nNow: {now}",
+        f"results are the same.{_WITH_B if _b_open(w) else ''}\nNow: {now}",
         text=budget_to_offer(w.settings, model))
     if not ok:
         return
     try:
         n = parse_typed_budget(text)  # a bare 512 is refused: 512 bytes, not the 512M meant
-        if model is not None:
+        compare = getattr(w.worker, "compare_jobs", None)
+        if model is not None and not (compare is not None and compare.share_budget(n)):
             model.set_memory_budget(n)
     except AttnvizError as exc:
         QMessageBox.warning(w, "Memory budget", plain_tip(str(exc)))  # (it quotes what was typed)
         return
     set_memory_budget(n)
     remembered.remember_memory_budget(w.settings, text)
+
+
+_WITH_B = (" With Compare open, a size holds model A and model B together: B gets what A holds "
+           "now leaves of it, A the rest; auto applies to A.")
+
+
+def _b_open(w) -> bool:
+    compare = getattr(w.worker, "compare_jobs", None)
+    return compare is not None and compare.budget_shared
 
 
 def budget_to_offer(settings, model) -> str:

@@ -143,3 +143,23 @@ def test_a_compared_with_its_own_last_checkpoint_keeps_its_budget(chosen):
     b = load_second(lambda _budget: ckpts.model(ckpts.last), a, "checkpoint")
     assert b is a and store.budget == budget and store.kept == kept == a.config.n_layer
     assert a.memory == line and a.beside() == []
+
+
+def test_a_chosen_budget_holds_a_and_b_together():
+    """As B opens, A's budget is lowered to what B's leaves of the chosen one (A's had stayed the
+    whole budget: the two could hold twice it), so after both run they hold the chosen budget at
+    most; own_budget gives A the whole budget back as B goes."""
+    a = load_model(LLAMA)
+    sizes = a.weights.layers.sizes
+    chosen = 3 * max(sizes)
+    MB.set_memory_budget(chosen)
+    a.set_memory_budget(chosen)
+    b = _open_b(a)
+    assert a.weights.layers.budget + b.weights.layers.budget == chosen
+    for m in (a, b):
+        m.run(ids=IDS, request=VALUES)
+    assert a.budgeted_bytes()[0] + b.budgeted_bytes()[0] <= chosen
+    from attnviz.engine.analysing.pair import own_budget
+
+    own_budget(a, b, chosen)
+    assert a.weights.layers.budget == chosen

@@ -102,6 +102,10 @@ class Model:
             alive = tuple(r for r in self._beside if r() is not None and r() is not other)
             self._beside = (*alive, weakref.ref(other))
 
+    def close_beside(self, other) -> None:
+        """`other` is no longer open beside this model (Compare's A moved to another step)."""
+        self._beside = tuple(r for r in self._beside if r() is not None and r() is not other)
+
     def beside(self) -> list:
         """The models open beside this one that are still alive (open_beside)."""
         return [m for m in (r() for r in self._beside) if m is not None]

@@ -44,19 +44,35 @@ def load_b(a, source, relay, checkpoints=None):
                 from attnviz.engine.errors import InputError
 
                 raise InputError(f"{a.name} has no training checkpoints to compare with")
-            b = load_second(lambda _budget: ckpts.model(int(source.value)), a, what)
+            # (the last step is the folder's own model, which the window holds: as it is)
+            b = load_second(lambda _budget: ckpts.model(int(source.value)), a, what, shared=(ckpts.base,))
         else:
             b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
                             a, "model B")
         ident = C.identity(b, b.name + checkpoint_words(b), checkpoint=checkpoint_record(b))
-    release_when_freed(b, relay)
-    check_same_shape(a, b)
-    check_same_vocab(a, b)
+    if is_own(a, b, checkpoints):  # (A, or the window's folder model, is never freed with B)
+        release_when_freed(b, relay)
+    try:
+        check_same_shape(a, b)
+        check_same_vocab(a, b)
+    except Exception:
+        if is_own(a, b, checkpoints):  # (B refused: A's budget, lowered beside it, whole again)
+            from attnviz.engine.analysing.pair import own_budget
+            from attnviz.engine.reading.memory_budget import chosen_budget
+
+            own_budget(a, b, chosen_budget())
+        raise
     ready_heads(a, b)
     from attnviz.ui.machinery.tuning import release_free_memory
 
     release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
     return b, ident
+
+
+def is_own(a, b, checkpoints) -> bool:
+    """Whether B is a model Compare loaded for itself (load_second budgeted it and A beside it),
+    not A or the folder model of `checkpoints` (the window's: its last step), which it only shares."""
+    return b is not a and (checkpoints is None or b is not checkpoints.base)
 
 
 def ready_heads(a, b) -> None:

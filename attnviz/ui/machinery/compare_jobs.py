@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
-from attnviz.ui.machinery.compare_b import load_b
+from attnviz.ui.machinery.compare_b import is_own, load_b
 from attnviz.ui.machinery.job import shared_relay
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -171,6 +171,7 @@ class CompareJobs(QObject):
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
         self._handoff: Handoff | None = None  # the newest run a queued 'compare' job follows
         self._follower = None  # pair.Follower of A's runs for B's cache, made as B opens
+        self._beside = None  # the A a B loaded for Compare is open beside (its budget lowered for B's)
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -199,20 +200,24 @@ class CompareJobs(QObject):
         self.worker.submit(LOAD_KIND, lambda: load_b(a, source, relay, ckpts), self._on_loaded, (a, source), THREAD)
 
     def _on_loaded(self, request, value, error) -> None:
+        from attnviz.engine.analysing.pair import Follower, own_budget
+        from attnviz.engine.reading.memory_budget import chosen_budget
+
         a, source = request
+        own = error is None and is_own(a, value[0], self.state.checkpoints)
         if source is not self.loading:  # (closed, or another B asked for since)
+            if own:  # (B let go: A's budget, lowered beside it, whole again)
+                own_budget(a, value[0], chosen_budget())
             return
         self.loading = None
-        if a is not self.state.model:  # A moved to another training step as B loaded: B beside it
-            self.open(source)
-            return
         if error is not None:  # the app stays as it was, B included
             self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
             self.sigChanged.emit()
             return
-        from attnviz.engine.analysing.pair import Follower
-
         self.b, self.identity = value
+        self._beside = a if own else None
+        if a is not self.state.model:  # A moved to another training step as B loaded: B, kept, beside it
+            a = self._follow_new_a(a)
         self.source, self.note = source, ""
         shown, self._handoff = self._shown_run(a), None
         self.comparison = self.induction = self._known = None
@@ -251,7 +256,12 @@ class CompareJobs(QObject):
             self.worker.scores_after_frame()
         if self._handoff is not None and self._handoff.follower is not None:  # (it holds B)
             self._handoff = None  # (one made without B stays: A's run, for the next B to open)
-        self.b = self.identity = self.source = self.loading = self._follower = None
+        if self._beside is not None:  # (A's budget, lowered beside B, whole again)
+            from attnviz.engine.analysing.pair import own_budget
+            from attnviz.engine.reading.memory_budget import chosen_budget
+
+            own_budget(self._beside, self.b, chosen_budget())
+        self.b = self.identity = self.source = self.loading = self._follower = self._beside = None
         self.comparison = self.induction = self._known = None
         self.note = ""
         if had:
@@ -271,11 +281,40 @@ class CompareJobs(QObject):
             self.worker.cancel(kind)
         self._handoff, self._frame_of = None, None
         self.comparison = self.induction = self._known = None
-        self._follower = Follower(a, self.b)
+        self._follower = Follower(self._follow_new_a(self._follower.a), self.b)
         self.note = f"A is now {side_name(a)}: comparing it with B again\u2026"
         self.worker.scores_after_frame()  # (quick text scores waiting for the old comparison's frame)
         self.sigChanged.emit()
         self._request_probe()
+
+    def _follow_new_a(self, old):
+        """B beside the state's model (another training step of `old`), not `old`: where Compare
+        loaded B for itself, the memory budget split with the new A, `old`'s whole again
+        (pair.move_beside). -> the new A."""
+        from attnviz.engine.analysing.pair import move_beside
+        from attnviz.engine.reading.memory_budget import chosen_budget
+
+        a = self.state.model
+        if self._beside is not None:
+            move_beside(old, a, self.b, chosen_budget())
+            self._beside = a if self.b is not a else None
+        return a
+
+    @property
+    def budget_shared(self) -> bool:
+        """Whether a chosen memory budget is split between A and a B loaded for Compare."""
+        return self._beside is not None
+
+    def share_budget(self, n_bytes: int | None) -> bool:
+        """Models > Memory budget `n_bytes` (a size) while Compare holds a B loaded for itself:
+        split between A and B (pair.share_budget; InputError where B gets less than a layer).
+        -> False where there is no such B, or the budget is auto (A's alone then)."""
+        from attnviz.engine.analysing.pair import share_budget
+
+        if self._beside is None or n_bytes is None or self.b is None:
+            return False
+        share_budget(self._beside, self.b, n_bytes)
+        return True
 
     def set_mode(self, mode: str) -> None:
         if mode in MODES and mode != self.mode:

@@ -1,0 +1,130 @@
+"""Compare's two models and the memory budget (pair.load_second, CompareJobs): a chosen budget
+holds A and B together, A's own lowered as B opens and given back whole as Compare closes, and
+Models > Memory budget splits a new size the same way while B is open; B picked as the last
+training step is the window's own model, compared as it is (no budget changed, nothing opened
+beside it, no second release of its memory); a new training step of A is open beside B, the old
+one no longer; and a step chosen while B loads keeps that B (loaded once) beside the new A."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PySide6.QtWidgets import QInputDialog
+
+from attnviz.engine.reading import memory_budget as MB
+from attnviz.ui.machinery import compare_b as CB
+from attnviz.ui.machinery import compare_jobs as CJ
+from attnviz.ui.machinery.compare_jobs import BSource
+from attnviz.ui.panels.compare_menu import open_compare
+from windows import WAIT, toy_window
+
+TEXT = "the cat sat on the mat and the cat sat"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    MB.set_memory_budget(None)
+    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
+    yield w
+    w.worker.compare_jobs.close()
+    w.worker.wait_idle()
+    MB.set_memory_budget(None)
+
+
+def settled(qtbot, w):
+    """The comparison with the state's model as A in, its next-token numbers too."""
+    jobs = w.worker.compare_jobs
+
+    def done():
+        c = jobs.comparison
+        return (c is not None and c.doc is not None and c.doc["kld"] is not None
+                and c.pair.a.model is w.state.model)
+    qtbot.waitUntil(done, timeout=WAIT)
+    w.worker.wait_idle()
+
+
+def budget(model) -> int:
+    return model.weights.layers.budget
+
+
+def test_a_chosen_budget_holds_a_and_b_together(window, qtbot, monkeypatch):
+    w, jobs = window, window.worker.compare_jobs
+    a = w.state.model
+    sizes = a.weights.layers.sizes
+    chosen = sum(sizes) + max(sizes)
+    MB.set_memory_budget(chosen)
+    a.set_memory_budget(chosen)
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    b = jobs.b
+    assert b is not a and budget(a) + budget(b) == chosen
+    assert a.budgeted_bytes()[0] + b.budgeted_bytes()[0] <= chosen
+    # Models > Memory budget with B open: the dialog says the size holds both, and splits it
+    asked, bigger = [], chosen + max(sizes)
+    monkeypatch.setattr(QInputDialog, "getText", lambda *x, **k: asked.append(x[2]) or (f"{bigger}B", True))
+    w.menus.memory_budget_action.trigger()
+    assert "holds model A and model B together" in asked[0]
+    assert budget(a) + budget(b) == bigger and budget(b) >= max(sizes)
+    jobs.close()
+    w.worker.wait_idle()
+    assert budget(a) == bigger  # the whole budget A's again
+
+
+def test_b_at_the_last_step_is_the_windows_model_as_it_is(window, qtbot, monkeypatch):
+    w, st, jobs = window, window.state, window.worker.compare_jobs
+    base = st.checkpoints.base
+    released = []
+    real = CB.release_when_freed
+    monkeypatch.setattr(CB, "release_when_freed", lambda b, relay: released.append(b) or real(b, relay))
+    st.set_checkpoint(16)
+    w.worker.wait_idle()
+    a16, before = st.model, budget(base)
+    open_compare(w, BSource("checkpoint", st.checkpoints.last))
+    settled(qtbot, w)
+    assert jobs.b is base and budget(base) == before
+    assert base.beside() == [] and a16.beside() == [] and released == []
+    jobs.close()
+    w.worker.wait_idle()
+    assert budget(base) == before
+
+
+def test_a_compared_with_itself_adds_no_release(window, qtbot, monkeypatch):
+    released = []
+    monkeypatch.setattr(CB, "release_when_freed", lambda b, relay: released.append(b))
+    a = window.state.model
+    b, _ = CB.load_b(a, BSource("checkpoint", window.state.checkpoints.last), None, None)
+    assert b is a and released == []
+
+
+def test_a_new_step_is_open_beside_b(window, qtbot):
+    w, st, jobs = window, window.state, window.worker.compare_jobs
+    a32 = st.model
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    b = jobs.b
+    assert a32 in b.beside() and b in a32.beside()
+    st.set_checkpoint(16)
+    settled(qtbot, w)
+    a16 = st.model
+    assert a16 in b.beside() and b in a16.beside()
+    assert a32 not in b.beside() and b not in a32.beside()
+
+
+def test_a_step_chosen_while_b_loads_keeps_that_b(window, qtbot, monkeypatch):
+    w, st, jobs = window, window.state, window.worker.compare_jobs
+    go, loads = threading.Event(), []
+    real = CJ.load_b
+
+    def held_back(*args):
+        loads.append(args[0])
+        go.wait(WAIT / 1000)
+        return real(*args)
+    monkeypatch.setattr(CJ, "load_b", held_back)
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: len(loads) == 1, timeout=WAIT)
+    st.set_checkpoint(16)
+    go.set()
+    settled(qtbot, w)
+    assert len(loads) == 1 and jobs.comparison.pair.a.model is st.model
+    assert st.model in jobs.b.beside() and "checkpoint 16" in w.compare_panel.title.text()
