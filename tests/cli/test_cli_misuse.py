@@ -193,7 +193,7 @@ MISUSE = [
     ("patch-lengths", ["patch", *TB, "--clean", "the cat", "--corrupt", "the cat sat", "--what", "resid"],
      r"the clean text is 3 tokens and the corrupted text 4: patching needs texts of one length"),
     ("patch-same-texts", ["patch", *TB, "--clean", "the cat", "--corrupt", "the cat", "--what", "resid"],
-     r"diff_clean (\S+) and diff_corrupt \1 differ by 0, under"),
+     r"the clean and corrupted texts are the same 3 tokens: patching needs a corrupted text that differs"),
     ("patch-position", ["patch", *TB, "--clean", "the cat", "--corrupt", "the dog", "--what", "resid",
                         "--position", "3"], r"position 3 is outside the 3 tokens"),
     ("patch-unknown-target", ["patch", *TB, "--clean", "the cat", "--corrupt", "the dog", "--what",
