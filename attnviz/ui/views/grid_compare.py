@@ -59,7 +59,7 @@ class ModeSelector(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.clean.setVisible(self.jobs.state.effects.ablation.active)
+        self.clean.setVisible(self.jobs.state.effects.ablation.active and self.jobs.mode != "A")
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
             b.setChecked(mode == self.jobs.mode)
