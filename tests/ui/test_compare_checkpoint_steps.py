@@ -3,7 +3,8 @@ recompares B (unchanged) against the new A, every number of the panel the new A'
 `attnviz compare --checkpoint I --against-checkpoint J` gives them (it kept the old step's patterns
 and mixed two steps' numbers); a B picked from the Compare menu's checkpoints opens while A is at
 an earlier step (it was refused: A's step folder lists no checkpoints); the panel and the JSD
-map name each side's step; an export records A's step, and File > Open view shows it again."""
+map name each side's step (its title, painted at the dock's width and narrower, keeps both
+steps); an export records A's step, and File > Open view shows it again."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.computing.checkpoints import checkpoint_words
+from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
@@ -102,7 +104,15 @@ def test_a_checkpoint_b_opens_with_a_at_an_earlier_step(window, qtbot, tmp_path)
     assert words16.startswith(" at checkpoint 16 of 0..32 (step ") and words0 == " at checkpoint 0 of 0..32 (step 0)"
     panel = w.compare_panel
     assert panel.title.text() == f"A: attnviz-toy-stdlib{words16}   B: attnviz-toy-stdlib{words0}"
-    assert panel.head_map().title == f"Attention JSD, attnviz-toy-stdlib{words16} against attnviz-toy-stdlib{words0}"
+    step16 = words16.removeprefix(" at checkpoint 16 of 0..32 ")
+    hm = panel.head_map()
+    assert hm.title == (f"Attention JSD, checkpoint 16 {step16} against checkpoint 0 (step 0), "
+                        "attnviz-toy-stdlib's checkpoints 0..32")
+    # the map's title as painted, at the dock's width and narrower, keeps what tells B from A
+    qtbot.waitUntil(lambda: panel.map_layout is not None, timeout=WAIT)
+    for lay in (panel.map_layout, headmap.layout_fit(hm, 300, 300)):
+        painted = headmap.title_shown(hm, lay)
+        assert f"checkpoint 16 {step16} against checkpoint 0 (step 0)" in painted, painted
     shown_matches(w, cli_numbers(a16, jobs.b, c.result.input_ids))
 
     # the export records A's step; File > Open view shows that step and compares it again
