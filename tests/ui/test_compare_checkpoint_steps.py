@@ -20,6 +20,7 @@ from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
+from attnviz.ui.views.grid_compare import WAITING
 from windows import toy_window
 
 WAIT = 30000
@@ -127,3 +128,19 @@ def test_a_checkpoint_b_opens_with_a_at_an_earlier_step(window, qtbot, tmp_path)
     settled(qtbot, w, a16)
     assert st.checkpoint == 16 and jobs.identity["checkpoint"]["index"] == 0
     assert panel.title.text() == f"A: attnviz-toy-stdlib{words16}   B: attnviz-toy-stdlib{words0}"
+
+
+def test_a_new_step_of_a_shows_no_b_or_a_minus_b_of_the_old_step(window, qtbot):
+    """Until the new A's comparison is in, the grid shows no B or A − B picture of the old A: A's own
+    weights, the selector saying it is comparing; then the new A − B."""
+    w, st, g = window, window.state, window.grid
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w, st.model)
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
+    assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()
+    st.set_checkpoint(16)  # (A's comparison is let go as A changes: nothing of it is on screen now)
+    assert g.shown_mode == "A" and g.titles()[0].startswith("L0 H0"), g.titles()  # (A's own)
+    assert g.mode_selector.waiting.isVisible() and g.mode_selector.waiting.text() == WAITING
+    settled(qtbot, w, st.checkpoints.model(16))
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
+    assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()
