@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
@@ -25,10 +26,24 @@ MAP_WIDTH = 640
 EVERY_KEY = "JSD over every key (Hide first token not applied)"  # the map's note beside hidden tiles
 
 
+_STEP = re.compile(r"(?P<name>.+) at checkpoint (?P<index>\d+) of (?P<range>\S+) (?P<step>\(step [\d,]+\))")
+
+
+def pair_words(a_name: str, b_name: str) -> str:
+    """"A against B"; two steps of one model's checkpoints by their steps first ("checkpoint 16
+    (step 1020) against checkpoint 0 (step 0), attnviz-toy-stdlib's checkpoints 0..32"), so that a
+    title cut short at a narrow width keeps what tells the two apart."""
+    a, b = _STEP.fullmatch(a_name), _STEP.fullmatch(b_name)
+    if a is None or b is None or (a["name"], a["range"]) != (b["name"], b["range"]):
+        return f"{a_name} against {b_name}"
+    return (f"checkpoint {a['index']} {a['step']} against checkpoint {b['index']} {b['step']}, "
+            f"{a['name']}'s checkpoints {a['range']}")
+
+
 def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None, note: str = "") -> headmap.HeadMap:
     """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models, `note` first in
     its caption (EVERY_KEY where the tiles beside it hide the first token)."""
-    return headmap.HeadMap(title=f"Attention JSD, {a_name} against {b_name}",
+    return headmap.HeadMap(title=f"Attention JSD, {pair_words(a_name, b_name)}",
                            values=np.asarray(jsd, dtype=np.float64), unit="bits",
                            kv_group=kv_group, focus=focus, nonnegative=True, note=note)
 

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from decimal import Decimal
 
 
-def plain_signed(value: float, decimals: int = 4) -> str:
+def plain_signed(value: float, decimals: int = 4, grouped: bool = False) -> str:
     """`+0.1234`, `-0.1234`: a value with its sign as the command line and files write it (an ASCII
     "-", which a program reads back), and `+0.0000` for one that rounds to zero (a part that is 0 up
-    to float rounding, -2.7e-7, never reads `-0.0000`)."""
-    text = f"{float(value):+.{decimals}f}"
-    return "+" + text[1:] if text[0] == "-" and float(text) == 0 else text
+    to float rounding, -2.7e-7, never reads `-0.0000`); grouped puts in thousands separators
+    (`+1,234.5678`), as a list in the window writes a large part."""
+    text = f"{float(value):+{',' if grouped else ''}.{decimals}f}"
+    return "+" + text[1:] if text[0] == "-" and float(text.replace(",", "")) == 0 else text
 
 
 def minus_signs(text: str) -> str:
@@ -23,10 +24,10 @@ def minus_signs(text: str) -> str:
     return text.replace("-", "\u2212")
 
 
-def signed(value: float, decimals: int = 4) -> str:
+def signed(value: float, decimals: int = 4, grouped: bool = False) -> str:
     """plain_signed as the window and its figures write it, the minus as "−" as every colour bar
     writes it: `+0.1234`, `−0.1234`, `+0.0000`."""
-    return minus_signs(plain_signed(value, decimals))
+    return minus_signs(plain_signed(value, decimals, grouped))
 
 
 def bar_end(value: float) -> str:

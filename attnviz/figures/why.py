@@ -27,7 +27,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
-from attnviz.figures.numbers import minus_signs, plain_number
+from attnviz.figures.numbers import plain_number, signed as _signed
 
 PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
@@ -101,12 +101,8 @@ def shown(name: str) -> str:
 
 
 def signed(value: float, decimals: int = 4) -> str:
-    """A part as the lists write it: its sign always, thousands grouped (`+1,234.5678`), the minus
-    "−", and a part that rounds to 0 as `+0.0000` (never `−0.0000`)."""
-    text = f"{float(value):+,.{decimals}f}"
-    if text[0] == "-" and float(text.replace(",", "")) == 0:
-        text = "+" + text[1:]
-    return minus_signs(text)
+    """A part as the lists write it: figures.numbers.signed with thousands grouped (`+1,234.5678`)."""
+    return _signed(value, decimals, grouped=True)
 
 
 def _share(value: float, total: float) -> float | None:
@@ -117,7 +113,7 @@ def _largest(a: QKAttribution) -> float:
     """The largest part any list can show: a pair, a side's total, or a list's rest row (at most
     the sum of the sizes it leaves out)."""
     return max(float(abs(a.table).max(initial=0.0)), float(abs(a.query_side).max(initial=0.0)),
-               float(abs(a.key_side).max(initial=0.0)))
+               float(abs(a.key_side).max(initial=0.0)), *_rests(a))
 
 
 def shares_shown(a: QKAttribution) -> bool:
@@ -125,7 +121,7 @@ def shares_shown(a: QKAttribution) -> bool:
     SHARE_MAX times it. Nearer 0 a part is thousands of per cent of the score and the score is
     as much float rounding as the parts' sum (the table adds up to it within 1e-5 Σ|table|)."""
     total = a.total()
-    return total != 0 and max(_largest(a), *_rests(a)) <= SHARE_MAX * abs(total)
+    return total != 0 and _largest(a) <= SHARE_MAX * abs(total)
 
 
 def _rests(a: QKAttribution, pairs: int = PAIRS, side: int = SIDE) -> list[float]:

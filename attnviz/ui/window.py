@@ -118,7 +118,7 @@ class MainWindow(QMainWindow):
             self.training_panel
         from attnviz.ui.panels.ablation_panel import AblationBar
 
-        self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore
+        self.ablation_bar = AblationBar(st, self.worker.compare_jobs)  # while heads are switched off: what, and restore
         col.addWidget(self.ablation_bar)
         from attnviz.ui.views.long_view import GridOrLong
 

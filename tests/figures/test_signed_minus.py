@@ -5,7 +5,7 @@ reads `+0.0000` either way."""
 
 import numpy as np
 
-from attnviz.figures import headmap, patching
+from attnviz.figures import headmap, patching, why
 from attnviz.figures.numbers import minus_signs, plain_signed, signed
 
 
@@ -13,6 +13,13 @@ def test_the_window_writes_the_minus_the_bars_write_and_files_the_ascii_one():
     assert signed(-0.5) == "\u22120.5000" and signed(0.25, 3) == "+0.250"
     assert plain_signed(-0.5) == "-0.5000" and float(plain_signed(-0.5)) == -0.5
     assert signed(-2.7e-7) == plain_signed(-2.7e-7) == "+0.0000"
+
+
+def test_grouped_thousands_are_the_why_lists_way_and_keep_the_same_signs():
+    """Why here?'s lists write a part with its thousands grouped through these same helpers."""
+    assert signed(-1234.5, grouped=True) == why.signed(-1234.5) == "\u22121,234.5000"
+    assert plain_signed(1234.5, 1, grouped=True) == "+1,234.5"
+    assert signed(-2.7e-7, grouped=True) == why.signed(-2.7e-7) == "+0.0000"
 
 
 def test_a_hover_writes_a_negative_value_with_the_bars_minus():

@@ -3,7 +3,8 @@ recompares B (unchanged) against the new A, every number of the panel the new A'
 `attnviz compare --checkpoint I --against-checkpoint J` gives them (it kept the old step's patterns
 and mixed two steps' numbers); a B picked from the Compare menu's checkpoints opens while A is at
 an earlier step (it was refused: A's step folder lists no checkpoints); the panel and the JSD
-map name each side's step; an export records A's step, and File > Open view shows it again."""
+map name each side's step (its title, painted at the dock's width and narrower, keeps both
+steps); an export records A's step, and File > Open view shows it again."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import pytest
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.computing.checkpoints import checkpoint_words
+from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
+from attnviz.ui.views.grid_compare import WAITING
 
 WAIT = 30000
 TEXT = "the cat sat on the mat and the cat sat"
@@ -98,7 +101,15 @@ def test_a_checkpoint_b_opens_with_a_at_an_earlier_step(window, qtbot, tmp_path)
     assert words16.startswith(" at checkpoint 16 of 0..32 (step ") and words0 == " at checkpoint 0 of 0..32 (step 0)"
     panel = w.compare_panel
     assert panel.title.text() == f"A: attnviz-toy-stdlib{words16}   B: attnviz-toy-stdlib{words0}"
-    assert panel.head_map().title == f"Attention JSD, attnviz-toy-stdlib{words16} against attnviz-toy-stdlib{words0}"
+    step16 = words16.removeprefix(" at checkpoint 16 of 0..32 ")
+    hm = panel.head_map()
+    assert hm.title == (f"Attention JSD, checkpoint 16 {step16} against checkpoint 0 (step 0), "
+                        "attnviz-toy-stdlib's checkpoints 0..32")
+    # the map's title as painted, at the dock's width and narrower, keeps what tells B from A
+    qtbot.waitUntil(lambda: panel.map_layout is not None, timeout=WAIT)
+    for lay in (panel.map_layout, headmap.layout_fit(hm, 300, 300)):
+        painted = headmap.title_shown(hm, lay)
+        assert f"checkpoint 16 {step16} against checkpoint 0 (step 0)" in painted, painted
     shown_matches(w, cli_numbers(a16, jobs.b, c.result.input_ids))
 
     # the export records A's step; File > Open view shows that step and compares it again
@@ -113,3 +124,19 @@ def test_a_checkpoint_b_opens_with_a_at_an_earlier_step(window, qtbot, tmp_path)
     settled(qtbot, w, a16)
     assert st.checkpoint == 16 and jobs.identity["checkpoint"]["index"] == 0
     assert panel.title.text() == f"A: attnviz-toy-stdlib{words16}   B: attnviz-toy-stdlib{words0}"
+
+
+def test_a_new_step_of_a_shows_no_b_or_a_minus_b_of_the_old_step(window, qtbot):
+    """Until the new A's comparison is in, the grid shows no B or A − B picture of the old A: A's own
+    weights, the selector saying it is comparing; then the new A − B."""
+    w, st, g = window, window.state, window.grid
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w, st.model)
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
+    assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()
+    st.set_checkpoint(16)  # (A's comparison is let go as A changes: nothing of it is on screen now)
+    assert g.shown_mode == "A" and g.titles()[0].startswith("L0 H0"), g.titles()  # (A's own)
+    assert g.mode_selector.waiting.isVisible() and g.mode_selector.waiting.text() == WAITING
+    settled(qtbot, w, st.checkpoints.model(16))
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
+    assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()

@@ -3,6 +3,9 @@ a score near 0 beside its parts (L25 H0, 45 -> 44: -0.0003) gets no share column
 why, and nothing is painted past the canvas' right edge; a score below 0 gets shares with a line
 saying which sign a share takes; a large part is written with its thousands grouped, whole."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter
@@ -58,6 +61,14 @@ def _ink_at_right_edge(view, widths) -> dict:
     return out
 
 
+def _value(text: str) -> float:
+    return float(text.rstrip("%").replace("\u2212", "-").replace(",", ""))
+
+
+def _up_to(text: str) -> float:
+    return _value(re.search(r"up to \u00b1([0-9.,]+)", text).group(1))
+
+
 def test_a_score_near_zero_shows_no_shares_and_says_why(smol, qtbot):
     w = smol
     a = _explain(qtbot, w, (25, 0, 45, 44))
@@ -69,6 +80,12 @@ def test_a_score_near_zero_shows_no_shares_and_says_why(smol, qtbot):
     assert note.startswith("No shares: the score (\u22120.0003) is near 0 beside its parts"), note
     assert "its values add up to the score" in note
     assert "no shares" in w.why_panel.view().subtitle()  # (the exported picture says it too)
+    bound = _up_to(note)  # the largest part the line names covers every row painted, rest rows too
+    painted = [abs(_value(b.figures.split()[0])) for b in w.why_panel.canvas.lay.rows]
+    assert max(painted) == pytest.approx(bound, rel=5e-3), (note, painted)
+    assert _up_to(w.why_panel.view().subtitle()) == bound
+    docs = (Path(__file__).parents[2] / "docs" / "why-here.md").read_text(encoding="utf-8")
+    assert f"(score \u22120.0003, parts up to \u00b1{bound:.3g})" in " ".join(docs.split())
     assert _figures_fit(w.why_panel.canvas) == []
     widths = (w.why_panel.canvas.width(), 418, 700, 1000)
     assert _ink_at_right_edge(w.why_panel.view(), widths) == dict.fromkeys(widths, 0)

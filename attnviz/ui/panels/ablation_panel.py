@@ -24,6 +24,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import WARNING
+from attnviz.ui.machinery.compare_jobs import MODE_TITLES
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
 from attnviz.figures.numbers import plain_signed
 from attnviz.ui.views.fields import menu_text, plain_label, rich_label
@@ -34,9 +35,10 @@ RANKED_ROWS = 20
 class AblationBar(QWidget):
     """One line above the grid while heads are switched off: what, and Restore clean run."""
 
-    def __init__(self, state, parent: QWidget | None = None):
+    def __init__(self, state, compare=None, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
+        self.compare = compare  # the Compare session: its B or A − B grid shows the clean runs
         self.label = rich_label(QLabel())
         self.label.setWordWrap(True)
         self.restore_button = QPushButton("Restore clean run")
@@ -51,6 +53,8 @@ class AblationBar(QWidget):
         state.effects.sigRunChanged.connect(self._follow)
         state.sigRoleOptionsChanged.connect(self._follow)  # Head roles on the text, or on a probe
         state.sigTextChanged.connect(self._follow)  # the guide shows for a sample text only
+        if compare is not None:
+            compare.sigChanged.connect(self._follow)  # the grid's A | B | A − B
         self._follow()
 
     def _follow(self, *_) -> None:
@@ -64,9 +68,13 @@ class AblationBar(QWidget):
         if run is not None and run.ablation == ab and run.changed is None:  # (not applied: the note says why)
             shown = "The clean run is shown."
         else:
-            views = changed_views(self.state)
+            cmp = self.compare
+            mode = cmp.mode if cmp is not None and cmp.active else "A"
+            views = changed_views(self.state)[mode != "A":]  # (its first: the grid)
             shown = f"{', '.join(views[:-1])} and {views[-1]}"
             shown = f"{shown[0].upper()}{shown[1:]} show it."
+            if mode != "A":
+                shown += f" The grid shows {MODE_TITLES[mode]} of both models' clean runs."
         self.label.setText(f"<b>Changed run</b>: {html.escape(ab.describe())}{html.escape(note)}. {shown}")
 
 

@@ -221,6 +221,7 @@ class HeatmapGrid(QWidget):
             mosaic[y:y + side, x + c0:x + side] = f[i]  # float -> uint8 truncation: the table index
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
         self._draw_titles()
+        self._draw_off_marks()  # (none over B or A − B: the clean runs)
         self._draw_window()
         return True
 
@@ -338,8 +339,8 @@ class HeatmapGrid(QWidget):
 
     def _draw_off_marks(self) -> None:  # the crosses alone (a re-layout: _draw writes the titles)
         lo = self.layout_
-        path = QPainterPath()
-        for l, h in self.state.effects.ablation.heads:
+        path = QPainterPath()  # (B or A − B shows both models' clean runs: nothing is off there)
+        for l, h in self.state.effects.ablation.heads if self.shown_mode == "A" else ():
             i = None if lo is None else self._tile_index(l, h)
             if i is not None:
                 x, y, T = float(lo.x0[i]), float(lo.y0[i]), float(lo.T)

@@ -53,13 +53,16 @@ class ModeSelector(QWidget):
             lay.addWidget(b)
         self.clean = plain_label(QLabel(f"({CLEAN_RUNS})"))  # (shown while something is switched off)
         lay.addWidget(self.clean)
+        self.waiting = plain_label(QLabel(WAITING))
+        lay.addWidget(self.waiting)
         lay.addStretch(1)
         jobs.sigChanged.connect(self.refresh)
         jobs.state.effects.sigAblationChanged.connect(lambda _a: self.refresh())
         self.refresh()
 
     def refresh(self) -> None:
-        self.clean.setVisible(self.jobs.state.effects.ablation.active)
+        self.clean.setVisible(self.jobs.state.effects.ablation.active and self.jobs.mode != "A")
+        self.waiting.setVisible(waiting(self.jobs))
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
             b.setChecked(mode == self.jobs.mode)
@@ -93,10 +96,17 @@ def compared_mode(jobs) -> str:
 def pending(jobs, result, shown: Shown) -> bool:
     """Whether the grid shows B or A − B but the comparison of `result` (A's) is not in yet: the
     grid then keeps its picture (a keystroke's A is drawn before B has run on its ids)."""
-    if compared_mode(jobs) == "A" or shown.long:  # (a long text's run is A's alone: shown as A)
+    if compared_mode(jobs) == "A" or shown.long or waiting(jobs):  # (a long text's run is A's alone: shown as A)
         return False
     c = jobs.comparison
     return c is None or c.doc is None or c.result is not result
+
+
+def waiting(jobs) -> bool:
+    """Whether B or A − B is asked for but no comparison is in: B has just opened, or A is another
+    training step (CompareJobs.a_changed lets the old one go). The last picture's B or A − B is then
+    of another A: the grid shows A's own weights, and the selector says it is comparing."""
+    return compared_mode(jobs) != "A" and jobs.comparison is None
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     on either side (no weight left once the first key is hidden) has no difference: blank, and no
     part of the limit or of a pooled cell."""
     mode = compared_mode(jobs)
-    if mode == "A" or shown.long:
+    if mode == "A" or shown.long or waiting(jobs):
         return None
     hide = shown.hide_first
     a, b = sides(jobs.comparison, hide)
@@ -190,6 +200,7 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
     return d, blank
 
 
+WAITING = "(comparing\u2026: A's own weights shown meanwhile)"  # (short: beside the buttons)
 # what Compare compares while heads (or edges) are switched off in A: both models' clean runs
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
 
