@@ -20,7 +20,6 @@ from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from attnviz.ui.views.grid_compare import WAITING
 
 WAIT = 30000
 TEXT = "the cat sat on the mat and the cat sat"
@@ -127,16 +126,20 @@ def test_a_checkpoint_b_opens_with_a_at_an_earlier_step(window, qtbot, tmp_path)
 
 
 def test_a_new_step_of_a_shows_no_b_or_a_minus_b_of_the_old_step(window, qtbot):
-    """Until the new A's comparison is in, the grid shows no B or A − B picture of the old A: A's own
-    weights, the selector saying it is comparing; then the new A − B."""
+    """Until the new A's comparison is in, the grid shows no B or A − B picture of the old A: A's last
+    run (the old step's until the new A's is in), the selector saying so without claiming the new
+    step; then the new A − B."""
     w, st, g = window, window.state, window.grid
     open_compare(w, BSource("checkpoint", 0))
     settled(qtbot, w, st.model)
     qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
     assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()
+    old = st.result
     st.set_checkpoint(16)  # (A's comparison is let go as A changes: nothing of it is on screen now)
-    assert g.shown_mode == "A" and g.titles()[0].startswith("L0 H0"), g.titles()  # (A's own)
-    assert g.mode_selector.waiting.isVisible() and g.mode_selector.waiting.text() == WAITING
+    assert g.shown_mode == "A" and g.titles()[0].startswith("L0 H0"), g.titles()  # (A's last run)
+    assert g.drawn is old  # (the step A left: the new A's run is not in yet)
+    assert g.mode_selector.waiting.isVisible()
+    assert g.mode_selector.waiting.text() == "(comparing\u2026: A's last run shown meanwhile)"
     settled(qtbot, w, st.checkpoints.model(16))
     qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
     assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()

@@ -43,3 +43,27 @@ def test_the_clean_runs_shown_in_b_and_a_minus_b_carry_no_off_marks(with_step0, 
             assert "The grid, " not in bar_text, bar_text  # (not among what shows the changed run)
             assert f"The grid shows {side} of both models' clean runs." in bar_text, bar_text
             assert g.mode_selector.clean.isVisible() and CLEAN_RUNS in g.mode_selector.clean.text()
+
+
+def test_while_a_new_step_is_compared_the_bar_and_note_say_what_the_grid_shows(with_step0, qtbot):
+    """A moved to another training step in A − B: until the new comparison is in, the grid shows A's
+    run with its cross, so the bar names the grid among the changed run's views and the selector
+    has no "(clean runs …)" note; once it is in, A − B of the clean runs again."""
+    w = with_step0
+    st, g, jobs, bar = w.state, w.grid, w.worker.compare_jobs, w.ablation_bar
+    st.set_layer(0)
+    st.effects.toggle_head(0, 2)
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result is st.result
+                    and st.effects.run_of(st.result) is not None, timeout=WAIT)
+    g.mode_selector.buttons["A-B"].click()
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B", timeout=WAIT)
+    st.set_checkpoint(16)  # (its comparison is let go: comparing afresh)
+    assert jobs.comparison is None and g.shown_mode == "A" and g.off_marks.isVisible()
+    assert g.mode_selector.waiting.isVisible() and not g.mode_selector.clean.isVisible()
+    bar_text = bar.label.text()
+    assert "The grid, " in bar_text and "clean runs" not in bar_text, bar_text
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result is st.result
+                    and g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
+    drain_events()
+    assert not g.off_marks.isVisible() and g.mode_selector.clean.isVisible()
+    assert "The grid shows A \u2212 B of both models' clean runs." in bar.label.text(), bar.label.text()

@@ -80,3 +80,15 @@ def test_a_view_opened_with_no_model_on_screen_survives_the_fallback_to_auto(
         qtbot.waitUntil(lambda: w.state.layer == 3, timeout=30000)
     finally:
         MB.set_memory_budget(None)
+
+
+def test_the_banner_names_the_remembered_budget_as_the_refusal_does(qtbot, settings_path):
+    """2046 bytes: "1.99 KiB" rounded down, as the refusal says it; rounded to nearest it would
+    read "2 KiB", a budget larger than the one refused."""
+    QSettings(settings_path, QSettings.Format.IniFormat).setValue("memory_budget", "1.999K")
+    try:
+        w = open_window(qtbot, settings_path)
+        shown = widget(w, "error_banner").text()
+        assert "remembered memory budget (1.99 KiB) is less than one layer" in shown, shown
+    finally:
+        MB.set_memory_budget(None)

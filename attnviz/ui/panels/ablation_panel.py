@@ -28,6 +28,7 @@ from attnviz.ui.machinery.compare_jobs import MODE_TITLES
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
 from attnviz.figures.numbers import plain_signed
 from attnviz.ui.views.fields import menu_text, plain_label, rich_label
+from attnviz.ui.views.grid_compare import grid_mode
 
 RANKED_ROWS = 20
 
@@ -68,8 +69,7 @@ class AblationBar(QWidget):
         if run is not None and run.ablation == ab and run.changed is None:  # (not applied: the note says why)
             shown = "The clean run is shown."
         else:
-            cmp = self.compare
-            mode = cmp.mode if cmp is not None and cmp.active else "A"
+            mode = "A" if self.compare is None else grid_mode(self.compare)  # (what the grid shows)
             views = changed_views(self.state)[mode != "A":]  # (its first: the grid)
             shown = f"{', '.join(views[:-1])} and {views[-1]}"
             shown = f"{shown[0].upper()}{shown[1:]} show it."

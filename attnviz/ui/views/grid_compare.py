@@ -61,7 +61,7 @@ class ModeSelector(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.clean.setVisible(self.jobs.state.effects.ablation.active and self.jobs.mode != "A")
+        self.clean.setVisible(self.jobs.state.effects.ablation.active and grid_mode(self.jobs) != "A")
         self.waiting.setVisible(waiting(self.jobs))
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
@@ -93,10 +93,16 @@ def compared_mode(jobs) -> str:
     return jobs.mode if jobs is not None and jobs.active else "A"
 
 
+def grid_mode(jobs) -> str:
+    """What the grid's mosaic shows of A | B | A − B: compared_mode, but "A" while waiting() (A's
+    last run, its switched-off heads marked). The selector's and the ablation bar's words follow it."""
+    return "A" if waiting(jobs) else compared_mode(jobs)
+
+
 def pending(jobs, result, shown: Shown) -> bool:
     """Whether the grid shows B or A − B but the comparison of `result` (A's) is not in yet: the
     grid then keeps its picture (a keystroke's A is drawn before B has run on its ids)."""
-    if compared_mode(jobs) == "A" or shown.long or waiting(jobs):  # (a long text's run is A's alone: shown as A)
+    if grid_mode(jobs) == "A" or shown.long:  # (a long text's run is A's alone: shown as A)
         return False
     c = jobs.comparison
     return c is None or c.doc is None or c.result is not result
@@ -105,7 +111,8 @@ def pending(jobs, result, shown: Shown) -> bool:
 def waiting(jobs) -> bool:
     """Whether B or A − B is asked for but no comparison is in: B has just opened, or A is another
     training step (CompareJobs.a_changed lets the old one go). The last picture's B or A − B is then
-    of another A: the grid shows A's own weights, and the selector says it is comparing."""
+    of another A: the grid shows A's last run (the step A left, until the new A's run is in), and the
+    selector says it is comparing."""
     return compared_mode(jobs) != "A" and jobs.comparison is None
 
 
@@ -125,8 +132,8 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     a pooled cell of A − B is its block's difference of largest size, its sign kept. A row undefined
     on either side (no weight left once the first key is hidden) has no difference: blank, and no
     part of the limit or of a pooled cell."""
-    mode = compared_mode(jobs)
-    if mode == "A" or shown.long or waiting(jobs):
+    mode = grid_mode(jobs)
+    if mode == "A" or shown.long:
         return None
     hide = shown.hide_first
     a, b = sides(jobs.comparison, hide)
@@ -200,7 +207,9 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
     return d, blank
 
 
-WAITING = "(comparing\u2026: A's own weights shown meanwhile)"  # (short: beside the buttons)
+# (short: beside the buttons; "last run": after a training step change it is the old step's until
+# the new A's run is in, so the words claim no step)
+WAITING = "(comparing\u2026: A's last run shown meanwhile)"
 # what Compare compares while heads (or edges) are switched off in A: both models' clean runs
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
 

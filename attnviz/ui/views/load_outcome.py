@@ -52,7 +52,7 @@ def load_with_auto(w, source: str, message: str, fallback: str | None) -> None:
     was = chosen_budget()
     set_memory_budget(None)
     remembered.remember_memory_budget(w.settings, "auto")
-    size = f" ({format_bytes(was)})" if was is not None else ""
+    size = f" ({format_bytes(was, 'down')})" if was is not None else ""  # (as the refusal words it)
     w.budget_note = (f"The remembered memory budget{size} is less than one layer of {source} "
                      f"expanded to float32; {remembered.BUDGET_RESET}")
     w.start_fallback = fallback  # (should the load fail again for another reason)
