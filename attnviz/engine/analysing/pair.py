@@ -175,8 +175,16 @@ def _room(a, chosen: int | None) -> tuple[int | None, str]:
 def share_budget(a, b, chosen: int) -> None:
     """A chosen budget over A and B open beside it, split as when B opened (load_second): B gets
     what A keeps now leaves of it (budget_left), A the rest, so the two together hold `chosen`
-    at most. InputError (B's) where that is less than one layer of B; nothing changed then."""
-    left = _room(a, chosen)[0]
+    at most. InputError naming the split and the least budget that holds it, where B would get
+    less than its largest layer; nothing changed then."""
+    kept, held = _kept_for(a)
+    least = max(max(getattr(b.weights.layers, "sizes", ()), default=0), 1)
+    if chosen - kept < least:  # (checked before B is touched: its own refusal names only its file)
+        raise InputError(f"a memory budget of {format_bytes(chosen)} is too small for model A and "
+                         f"model B together: A keeps {format_bytes(kept, 'up')} ({held}) and B needs "
+                         f"at least its largest layer ({format_bytes(least, 'up')}); the least that "
+                         f"works is {format_bytes(kept + least, 'up')}")
+    left = chosen - kept
     b.set_memory_budget(left)
     a.set_memory_budget(chosen - left)
 
