@@ -163,3 +163,30 @@ def test_a_chosen_budget_holds_a_and_b_together():
 
     own_budget(a, b, chosen)
     assert a.weights.layers.budget == chosen
+
+
+@pytest.mark.parametrize("share", [0.5, 1.5, 2.0])
+def test_a_budget_too_small_for_both_names_the_split(share):
+    """Models > Memory budget with B open, a size that leaves B less than one layer beside what A
+    holds: refused in one line naming what A keeps, what B needs and the least size that works
+    (never a negative size), both budgets as they were."""
+    from attnviz.engine.analysing.pair import share_budget
+
+    a = load_model(LLAMA)
+    sizes = a.weights.layers.sizes
+    chosen = sum(sizes) + 2 * max(sizes)
+    MB.set_memory_budget(chosen)
+    a.set_memory_budget(chosen)
+    a.run(ids=IDS, request=VALUES)
+    b = _open_b(a)
+    before = a.weights.layers.budget, b.weights.layers.budget
+    with pytest.raises(AttnvizError) as info:
+        share_budget(a, b, int(share * max(sizes)))
+    kept = a.budgeted_bytes()[0]
+    assert str(info.value).endswith(f"A keeps {format_bytes(kept, 'up')} ({a.name}'s float32 layers) "
+                                    f"and B needs at least its largest layer ({format_bytes(max(sizes), 'up')}); "
+                                    f"the least that works is {format_bytes(kept + max(sizes), 'up')}")
+    assert "-" not in str(info.value)
+    assert (a.weights.layers.budget, b.weights.layers.budget) == before
+    share_budget(a, b, kept + max(sizes))  # the least named works
+    assert a.weights.layers.budget + b.weights.layers.budget == kept + max(sizes)

@@ -93,8 +93,8 @@ def test_a_compared_with_itself_adds_no_release(window, qtbot, monkeypatch):
     released = []
     monkeypatch.setattr(CB, "release_when_freed", lambda b, relay: released.append(b))
     a = window.state.model
-    b, _ = CB.load_b(a, BSource("checkpoint", window.state.checkpoints.last), None, None)
-    assert b is a and released == []
+    second, _ = CB.load_b(a, BSource("checkpoint", window.state.checkpoints.last), None, None)
+    assert second.model is a and not second.own and released == []
 
 
 def test_a_new_step_is_open_beside_b(window, qtbot):

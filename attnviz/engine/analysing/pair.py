@@ -175,8 +175,16 @@ def _room(a, chosen: int | None) -> tuple[int | None, str]:
 def share_budget(a, b, chosen: int) -> None:
     """A chosen budget over A and B open beside it, split as when B opened (load_second): B gets
     what A keeps now leaves of it (budget_left), A the rest, so the two together hold `chosen`
-    at most. InputError (B's) where that is less than one layer of B; nothing changed then."""
-    left = _room(a, chosen)[0]
+    at most. InputError naming the split and the least budget that holds it, where B would get
+    less than its largest layer; nothing changed then."""
+    kept, held = _kept_for(a)
+    least = max(max(getattr(b.weights.layers, "sizes", ()), default=0), 1)
+    if chosen - kept < least:  # (checked before B is touched: its own refusal names only its file)
+        raise InputError(f"a memory budget of {format_bytes(chosen)} is too small for model A and "
+                         f"model B together: A keeps {format_bytes(kept, 'up')} ({held}) and B needs "
+                         f"at least its largest layer ({format_bytes(least, 'up')}); the least that "
+                         f"works is {format_bytes(kept + least, 'up')}")
+    left = chosen - kept
     b.set_memory_budget(left)
     a.set_memory_budget(chosen - left)
 
@@ -206,17 +214,39 @@ def move_beside(old, new, b, chosen: int | None) -> None:
         new.set_memory_budget(max(max(sizes), chosen - budget))
 
 
+@dataclass(frozen=True)
+class Second:
+    """Model B as load_beside loaded it, A not yet changed: `own` whether it was loaded for the
+    caller (not A itself nor a model in `shared`, which are as they were), `a_budget` A's budget
+    beside it under a chosen budget (the chosen one less B's; None: A's stays)."""
+    model: object
+    own: bool
+    a_budget: int | None = None
+
+    def accept(self, a) -> None:
+        """A's budget lowered to its share beside B, once B is kept (a B let go changes nothing)."""
+        if self.a_budget is not None:
+            a.set_memory_budget(self.a_budget)
+
+
 def load_second(load: Callable[[int | None], object], a, what: str, shared: tuple = ()):
-    """Model B beside model `a`: `load(budget)` gets what a chosen memory budget leaves
-    (budget_left), and a's own budget is lowered to the rest (A and B together hold the chosen
-    budget at most; own_budget gives it back as B goes); under the default, B's budget (from the
-    memory available as it loads) is then lowered by the W_O Grams A has not made yet, and each
-    model's default budget from then on leaves room for the other's (Model.open_beside). A `load`
-    that gives `a` itself, or a model in `shared` (one the caller holds anyway: the window's
-    folder model, the last checkpoint), gives it as it is: no budget changed, nothing opened
-    beside. Any refusal (the file does not open,
-    the budget holds none of B's layers) comes back as one line naming `what` B is and, under a
-    chosen budget, the numbers."""
+    """Model B beside model `a` (load_beside), a's budget lowered at once to its share (A and B
+    together hold the chosen budget at most; own_budget gives it back as B goes)."""
+    second = load_beside(load, a, what, shared)
+    second.accept(a)
+    return second.model
+
+
+def load_beside(load: Callable[[int | None], object], a, what: str, shared: tuple = ()) -> Second:
+    """Model B beside model `a`, as a Second: `load(budget)` gets what a chosen memory budget
+    leaves (budget_left), and a's own budget is to be lowered to the rest once B is kept
+    (Second.accept: on the caller's thread, after its checks); under the default, B's budget
+    (from the memory available as it loads) is then lowered by the W_O Grams A has not made yet,
+    and each model's default budget from then on leaves room for the other's (Model.open_beside).
+    A `load` that gives `a` itself, or a model in `shared` (one the caller holds anyway: the
+    window's folder model, the last checkpoint), gives it as it is: no budget changed, nothing
+    opened beside. Any refusal (the file does not open, the budget holds none of B's layers)
+    comes back as one line naming `what` B is and, under a chosen budget, the numbers."""
     chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
     left, held = _room(a, chosen)
     if left is not None and left <= 0:
@@ -225,15 +255,14 @@ def load_second(load: Callable[[int | None], object], a, what: str, shared: tupl
     try:
         b = load(left)
         if b is a or any(b is m for m in shared):  # (nothing more loaded: each budget as it was)
-            return b
+            return Second(b, False)
         if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
             b.set_memory_budget(left)
-            a.set_memory_budget(chosen - left)
         else:
             b.leave_room(a.grams_to_make())
         a.open_beside(b)
         b.open_beside(a)
-        return b
+        return Second(b, True, None if left is None else chosen - left)
     except AttnvizError as exc:
         # (the room rounds down, as B's own refusal writes the budget it got)
         room = "" if left is None else (f" ({format_bytes(left, 'down')} of the {format_bytes(chosen)} "

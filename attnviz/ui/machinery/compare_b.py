@@ -9,7 +9,9 @@ import weakref
 
 
 def load_b(a, source, relay, checkpoints=None):
-    """(model B, its identity) beside A; InputError / ModelLoadError in one line. B's memory is
+    """(B as pair.load_beside gave it, its identity) beside A, A not changed (Second.accept lowers
+    its budget once the window keeps B, so a B refused or let go leaves A as it was);
+    InputError / ModelLoadError in one line. B's memory is
     handed back once B is freed (closed, replaced, refused, or its load let go), through `relay`:
     the app's (job.shared_relay), asked for on the main thread. `checkpoints`: the CheckpointSet
     A is a step of (the window's, which the Compare menu lists), else A's folder's own; a
@@ -20,7 +22,7 @@ def load_b(a, source, relay, checkpoints=None):
     from attnviz.engine.analysing.pair import (
         check_same_shape,
         check_same_vocab,
-        load_second,
+        load_beside,
     )
     from attnviz.engine.computing.checkpoints import checkpoint_record, checkpoint_words, model_at
 
@@ -30,7 +32,7 @@ def load_b(a, source, relay, checkpoints=None):
             from attnviz.engine.computing.quantized import quantized_model
 
             return quantized_model(a, str(source.value))
-        b = load_second(load, a, what)
+        second = load_beside(load, a, what)
         ident = C.identity(a, f"{a.name}{checkpoint_words(a)} quantized to {source.value}",
                            quantized=str(source.value), checkpoint=checkpoint_record(a))
     else:
@@ -45,34 +47,32 @@ def load_b(a, source, relay, checkpoints=None):
 
                 raise InputError(f"{a.name} has no training checkpoints to compare with")
             # (the last step is the folder's own model, which the window holds: as it is)
-            b = load_second(lambda _budget: ckpts.model(int(source.value)), a, what, shared=(ckpts.base,))
+            second = load_beside(lambda _budget: ckpts.model(int(source.value)), a, what,
+                                 shared=(ckpts.base,))
         else:
-            b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
-                            a, "model B")
+            second = load_beside(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
+                                 a, "model B")
+        b = second.model
         ident = C.identity(b, b.name + checkpoint_words(b), checkpoint=checkpoint_record(b))
-    if is_own(a, b, checkpoints):  # (A, or the window's folder model, is never freed with B)
+    b = second.model
+    if second.own:  # (A, or the window's folder model, is never freed with B)
         release_when_freed(b, relay)
-    try:
-        check_same_shape(a, b)
-        check_same_vocab(a, b)
-    except Exception:
-        if is_own(a, b, checkpoints):  # (B refused: A's budget, lowered beside it, whole again)
-            from attnviz.engine.analysing.pair import own_budget
-            from attnviz.engine.reading.memory_budget import chosen_budget
-
-            own_budget(a, b, chosen_budget())
-        raise
+    check_same_shape(a, b)
+    check_same_vocab(a, b)
     ready_heads(a, b)
     from attnviz.ui.machinery.tuning import release_free_memory
 
     release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
-    return b, ident
+    return second, ident
 
 
-def is_own(a, b, checkpoints) -> bool:
-    """Whether B is a model Compare loaded for itself (load_second budgeted it and A beside it),
-    not A or the folder model of `checkpoints` (the window's: its last step), which it only shares."""
-    return b is not a and (checkpoints is None or b is not checkpoints.base)
+def give_back(a, b) -> None:
+    """A's budget, lowered beside a B Compare loaded for itself, the chosen one whole again as
+    Compare lets B go (pair.own_budget)."""
+    from attnviz.engine.analysing.pair import own_budget
+    from attnviz.engine.reading.memory_budget import chosen_budget
+
+    own_budget(a, b, chosen_budget())
 
 
 def ready_heads(a, b) -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
-from attnviz.ui.machinery.compare_b import is_own, load_b
+from attnviz.ui.machinery.compare_b import give_back, load_b
 from attnviz.ui.machinery.job import shared_relay
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -200,23 +200,23 @@ class CompareJobs(QObject):
         self.worker.submit(LOAD_KIND, lambda: load_b(a, source, relay, ckpts), self._on_loaded, (a, source), THREAD)
 
     def _on_loaded(self, request, value, error) -> None:
-        from attnviz.engine.analysing.pair import Follower, own_budget
-        from attnviz.engine.reading.memory_budget import chosen_budget
+        from attnviz.engine.analysing.pair import Follower
 
         a, source = request
-        own = error is None and is_own(a, value[0], self.state.checkpoints)
-        if source is not self.loading:  # (closed, or another B asked for since)
-            if own:  # (B let go: A's budget, lowered beside it, whole again)
-                own_budget(a, value[0], chosen_budget())
+        if source is not self.loading:  # (closed, or another B asked for since: A never lowered)
             return
         self.loading = None
         if error is not None:  # the app stays as it was, B included
             self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
             self.sigChanged.emit()
             return
-        self.b, self.identity = value
-        self._beside = a if own else None
-        if a is not self.state.model:  # A moved to another training step as B loaded: B, kept, beside it
+        second, self.identity = value
+        if self._beside is not None:  # (the B open before let go: A's budget whole, then this B's split)
+            give_back(self._beside, self.b)
+        self.b, self._beside = second.model, (a if second.own else None)
+        if a is self.state.model:  # (A's budget lowered beside B only now that B is kept)
+            second.accept(a)
+        else:  # A moved to another training step as B loaded: B, kept, beside it
             a = self._follow_new_a(a)
         self.source, self.note = source, ""
         shown, self._handoff = self._shown_run(a), None
@@ -257,10 +257,7 @@ class CompareJobs(QObject):
         if self._handoff is not None and self._handoff.follower is not None:  # (it holds B)
             self._handoff = None  # (one made without B stays: A's run, for the next B to open)
         if self._beside is not None:  # (A's budget, lowered beside B, whole again)
-            from attnviz.engine.analysing.pair import own_budget
-            from attnviz.engine.reading.memory_budget import chosen_budget
-
-            own_budget(self._beside, self.b, chosen_budget())
+            give_back(self._beside, self.b)
         self.b = self.identity = self.source = self.loading = self._follower = self._beside = None
         self.comparison = self.induction = self._known = None
         self.note = ""
