@@ -17,18 +17,15 @@ from attnviz.ui.machinery import compare_b as CB
 from attnviz.ui.machinery import compare_jobs as CJ
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import WAIT, toy_window
+from windows import WAIT
 
 TEXT = "the cat sat on the mat and the cat sat"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
+def window(toy_compare_window):
     MB.set_memory_budget(None)
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    yield w
-    w.worker.compare_jobs.close()
-    w.worker.wait_idle()
+    yield toy_compare_window(TEXT)
     MB.set_memory_budget(None)
 
 
