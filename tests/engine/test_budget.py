@@ -192,6 +192,17 @@ def test_a_budget_below_one_layer_is_refused_at_load(tmp_path):
         MB.set_memory_budget(None)
 
 
+def test_a_budget_below_one_layer_names_a_sharded_checkpoint_as_a_whole(tmp_path):
+    model = load_model(FIXTURES / "llama_sharded")
+    with pytest.raises(InputError) as err:
+        model.set_memory_budget(99)
+    assert str(err.value).startswith("the checkpoint in llama_sharded/: a memory budget of 99 bytes "), err.value
+    single = load_model(tiny_llama(tmp_path / "m"))
+    with pytest.raises(InputError) as err:
+        single.set_memory_budget(99)
+    assert str(err.value).startswith("model.safetensors: a memory budget of 99 bytes "), err.value
+
+
 def test_a_missing_tensor_is_refused_at_load_whatever_the_budget(tmp_path):
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     layer = max(4 * int(np.prod(a.shape)) for a in tensors.values()) * 10

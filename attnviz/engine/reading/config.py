@@ -271,8 +271,8 @@ def _refuse_softcapping(f: Fields) -> None:
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         value = f.raw.get(key)
         if value is not None:
-            raise ModelLoadError(f"{f.source}: {f.name(key)} = {show(value)}: soft-capped logits "
-                                 "are not supported yet (only null)")
+            raise ModelLoadError(f"{f.source} sets {f.name(key)} to {show(value)}, but soft-capped "
+                                 "logits are not supported yet (expected null)")
 
 
 def _layer_types(f: Fields, n_layer: int, window: int | None, every: int | None) -> tuple[str, ...]:
@@ -363,8 +363,8 @@ def config_from_dict(raw: dict, source: str = "config.json",
         glob, local = _ropes(f, 10000.0)
         _refuse_softcapping(f)
         if f.flag("use_bidirectional_attention", False):
-            raise ModelLoadError(f"{source}: {f.name('use_bidirectional_attention')} = true: "
-                                 "bidirectional attention is not supported (only causal)")
+            raise ModelLoadError(f"{source} sets {f.name('use_bidirectional_attention')} to true, but "
+                                 "bidirectional attention is not supported (expected false, for causal)")
         values.update(
             n_kv_head=size("n_kv_head", default=n_head), d_ff=size("d_ff"), causal=True,
             norm_eps=f.positive("rms_norm_eps", default=1e-6),
@@ -386,8 +386,8 @@ def config_from_dict(raw: dict, source: str = "config.json",
         if rotary is not None and not is_number(rotary):
             raise f.error("partial_rotary_factor", "a number", rotary)
         if rotary is not None and rotary != 1.0:
-            raise ModelLoadError(f"{source}: {f.name('partial_rotary_factor')} = {show(rotary)}: "
-                                 "RoPE on part of each head is not supported yet (only 1.0)")
+            raise ModelLoadError(f"{source} sets {f.name('partial_rotary_factor')} to {show(rotary)}, "
+                                 "but RoPE on part of each head is not supported yet (expected 1.0)")
     d_head = _head_dim(f, family, model_type, values)
     n_kv_head = values["n_kv_head"]
     if not kv_heads_divide(n_head, n_kv_head):

@@ -380,9 +380,9 @@ def _yarn_gguf(raw: dict, names: dict, meta, arch: str, source: str) -> None:
                               ("yarn_log_multiplier", (0.0,))):
         value = meta(f"{scaling}.{gguf_key}")
         if value is not None and float(value) not in neutral:
-            raise ModelLoadError(f"{source}: {k}{gguf_key} = {show(value)}: YaRN with llama.cpp's "
-                                 f"{gguf_key.removeprefix('yarn_')} is not supported (only "
-                                 f"{' or '.join(f'{n:g}' for n in neutral)})")
+            raise ModelLoadError(f"{source} sets {k}{gguf_key} to {show(value)}, but YaRN with "
+                                 f"llama.cpp's {gguf_key.removeprefix('yarn_')} is not supported "
+                                 f"(expected {' or '.join(f'{n:g}' for n in neutral)})")
 
 
 def _gemma3_gguf(raw: dict, names: dict, meta, arch: str) -> None:

@@ -53,7 +53,8 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
 
         one(i, dry)
         sizes.append(sum(read))
-    source = ckpt.files[0].path.name
+    # a sharded checkpoint is named as a whole (a budget concerns every shard), a single file by itself
+    source = _source(ckpt) if len(ckpt.files) > 1 else ckpt.files[0].path.name
     # the embeddings and the head as float32 (at most); the W_O Grams, made only when asked for
     other = ckpt.float32_bytes() - sum(sizes)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
