@@ -130,6 +130,14 @@ def block_centre(block: int, n: int, side: float) -> float:
     return (block + 0.5) * side / n
 
 
+def tile_pixel(r: QRectF, x: float, y: float) -> tuple[int, int] | None:
+    """(row, column) of the picture in tile rect r (whole pixels, painted a pixel a pixel:
+    tile_rects) on the pixel under (x, y); None off it (r's right and bottom edges lie on the pixels
+    past it)."""
+    i, j = math.floor(y - r.top()), math.floor(x - r.left())
+    return (i, j) if 0 <= i < int(r.height()) and 0 <= j < int(r.width()) else None
+
+
 def strongest_at(m, side: int, i: int, j: int) -> tuple[int, int]:
     """(q, k) of the cell that pixel (row i, column j) of a weight_tile of weights m [T, T] (no row
     undefined, no key hidden) `side` pixels wide shows: the largest weight of its block (the first

@@ -275,13 +275,17 @@ def _focus_cell(view: PatchView):
     return None
 
 
-def hit(view: PatchView, lay: PatchLayout, x: float, y: float):
-    """The (row, col) of the cell painted under (x, y) (a block: the cell it shows), or None."""
-    r = int(np.floor((y - lay.top) / lay.cell_h)) if y >= lay.top else -1
-    c = np.flatnonzero((x >= lay.xs) & (x < lay.xs + lay.cell_w))
-    if not (0 <= r < len(lay.ys) and c.size):
+def hit(view: PatchView, lay: PatchLayout, x: float, y: float, dpr: float = 1.0):
+    """The (row, col) of the cell painted on the pixel under (x, y) (a block: the cell it shows), or
+    None. Qt fills an unsmoothed cell on the device pixels (`dpr` a widget pixel) between its edges
+    rounded to whole pixels, so a pixel near an edge may be its neighbour's (paint: later over earlier)."""
+    def on(v, starts, size):  # the cells along an axis painted on device pixel v
+        return np.flatnonzero((v >= np.floor(starts * dpr + 0.5)) & (v < np.floor((starts + size) * dpr + 0.5)))
+    r = on(np.floor(y * dpr), np.asarray(lay.ys, np.float64), lay.cell_h)
+    c = on(np.floor(x * dpr), np.asarray(lay.xs, np.float64), lay.cell_w)
+    if not (r.size and c.size):
         return None
-    row, col = lay.picks[r, int(c[0])]
+    row, col = lay.picks[int(r[-1]), int(c[-1])]
     return int(row), int(col)
 
 

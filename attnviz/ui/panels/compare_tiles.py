@@ -43,12 +43,13 @@ def tile_readout(panel, x: float, y: float) -> str | None:
     weight or difference, in a defined row) with A's, B's and A − B's numbers as shown."""
     c, T = panel.jobs.comparison, panel.tile_T
     for hd, r in enumerate(panel.tile_rects):
-        if not r.contains(x, y):
+        at = F.tile_pixel(r, x, y)
+        if at is None:
             continue
         side = int(r.width())
         p = F.tile_pool(T, side)
         blocks = F.pixel_blocks(-(-T // p), side)
-        i, j = (min(side - 1, max(0, int(v))) for v in (y - r.top(), x - r.left()))
+        i, j = at
         layer = min(panel.state.layer, c.b_attentions.shape[0] - 1)
         q, k = int(blocks[i]) * p, int(blocks[j]) * p
         if p > 1:  # (a pooled pixel: the cell it shows, as the grid's hover names it)

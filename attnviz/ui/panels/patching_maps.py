@@ -69,7 +69,7 @@ class PatchMap(QWidget):
 
     def hit_at(self, x: float, y: float):
         lay = self.layout_()
-        return None if lay is None else fig.hit(self.view, lay, x, y)
+        return None if lay is None else fig.hit(self.view, lay, x, y, self.devicePixelRatioF())
 
     def mouseMoveEvent(self, ev) -> None:
         cell = self.hit_at(ev.position().x(), ev.position().y())
@@ -131,8 +131,9 @@ class PatternPair(QWidget):
             return ""
         for name, m, labels, r in zip(("clean", "corrupted"), self._weights(),
                                       (ask.labels_clean, ask.labels_corrupt), self.rects):
-            if r.contains(x, y):
-                q, k = C.strongest_at(m, int(r.width()), int(y - r.top()), int(x - r.left()))
+            at = C.tile_pixel(r, x, y)
+            if at is not None:
+                q, k = C.strongest_at(m, int(r.width()), *at)
                 return (f"{name} {head_title(*self.head)}  {quoted(labels[q])} \u2192 {quoted(labels[k])}  "
                         f"{float(m[q, k]):.4f}")
         return ""

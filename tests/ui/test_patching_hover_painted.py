@@ -1,0 +1,85 @@
+"""The Patching tab's hovers name the cell whose colour the pixel under the pointer shows, on the
+map of effects and on the picked head's patterns, pooled (a text longer than the picture's pixels)
+and not: every pixel of the grabbed picture is hovered and the named cell's colour compared with
+the pixel's. (The map's hover took a cell's unrounded edges while Qt fills it between its edges
+rounded to whole pixels, naming a neighbour on a pixel column near an edge; the patterns' hover read
+the pixels past a tile's right and bottom edges, painted as the paper, as its last column and row.)"""
+
+import types
+
+import numpy as np
+import pytest
+
+from attnviz.figures import compare as C
+from attnviz.figures import patching as fig
+from attnviz.figures.headmap import colour
+from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
+
+
+def _rgb(c) -> tuple[int, int, int]:
+    return c.red(), c.green(), c.blue()
+
+
+def _shown(image, cell_colour, xs, ys):
+    """The pixels whose hover names a cell of another colour than the pixel's: (x, y, named, painted)."""
+    wrong = []
+    for y in ys:
+        for x in xs:
+            cell = cell_colour(x, y)
+            if cell is not None and cell != _rgb(image.pixelColor(x, y)):
+                wrong.append((x, y, cell, _rgb(image.pixelColor(x, y))))
+    return wrong
+
+
+@pytest.mark.parametrize("T", [300, 37])
+def test_the_map_hover_names_the_cell_each_pixel_shows(qtbot, T):
+    toks = tuple(f"t{i}" for i in range(T))
+    effect = np.random.default_rng(T).uniform(-1.0, 1.0, (5, T))
+    view = fig.PatchView("toy", "resid", "denoise", effect, toks, toks, T - 1, 0, 1, "a", "b", 1.0, 0.0)
+    m = PatchMap(lambda *_: None)
+    qtbot.addWidget(m)
+    m.resize(421, 233)
+    m.show()
+    qtbot.waitExposed(m)
+    m.set_view(view)
+    lay = m.layout_()
+    assert (max(lay.pool) > 1) == (T == 300) and lay.cell_w != int(lay.cell_w)  # cells at fractional edges
+    image = m.grab().toImage()
+
+    def named(x, y):
+        cell = m.hit_at(x, y)
+        return None if cell is None else _rgb(colour(float(view.values[cell]) - view.unchanged, view.limit))
+    xs = range(int(lay.xs[0]), int(np.ceil(lay.xs[-1] + lay.cell_w)) + 1)
+    ys = range(int(lay.ys[0]), int(np.ceil(lay.ys[-1] + lay.cell_h)) + 1)
+    wrong = _shown(image, named, xs, ys)
+    assert not wrong, (len(wrong), wrong[:5])
+
+
+@pytest.mark.parametrize("T", [300, 37])
+def test_the_pattern_hover_names_the_cell_each_pixel_shows(qtbot, T):
+    att = (np.random.default_rng(T).random((1, 1, T, T)) ** 3).astype(np.float32)
+    labels = tuple(f"w{i}" for i in range(T))
+    panel = types.SimpleNamespace(
+        jobs=types.SimpleNamespace(sides=types.SimpleNamespace(attentions_clean=att, attentions_corrupt=att),
+                                   ask=types.SimpleNamespace(labels_clean=labels, labels_corrupt=labels)),
+        state=types.SimpleNamespace(colormap="viridis"))
+    pair = PatternPair(panel)
+    qtbot.addWidget(pair)
+    pair.resize(421, 233)
+    pair.head = (0, 0)
+    pair.show()
+    qtbot.waitExposed(pair)
+    image = pair.grab().toImage()
+    side = int(pair.rects[0].width())
+    assert (side < T) == (T == 300)
+
+    def named(x, y):
+        text = pair.readout_at(x, y)
+        if not text:
+            return None
+        q, k = (labels.index(s.strip("'")) for s in text.split("  ")[1].split(" \u2192 "))
+        return tuple(int(v) for v in C.weight_rgb(att[0, 0, q, k], "viridis"))
+    r0, r1 = pair.rects
+    wrong = _shown(image, named, range(int(r0.left()) - 1, int(r1.right()) + 2),
+                   range(int(r0.top()) - 1, int(r0.bottom()) + 2))
+    assert not wrong, (len(wrong), wrong[:5])
