@@ -351,3 +351,25 @@ def tile_side_on_screen(g) -> float:
     lo = g.layout_
     a, b = (g.gw.mapFromScene(g.img.mapToScene(QPointF(x, lo.y0[0]))) for x in (lo.x0[0], lo.x0[0] + lo.T))
     return float(b.x() - a.x())
+
+
+def shown_pattern_pair(qtbot, att, width: int, height: int):
+    """The Patching panel's clean and corrupted patterns (PatternPair) of head (0, 0), `att`
+    [1, 1, T, T] on both sides, tokens w0..w(T-1), shown width x height px -> (the pair, its
+    grabbed image)."""
+    import types
+
+    from attnviz.ui.panels.patching_maps import PatternPair
+
+    labels = tuple(f"w{i}" for i in range(att.shape[-1]))
+    panel = types.SimpleNamespace(
+        jobs=types.SimpleNamespace(sides=types.SimpleNamespace(attentions_clean=att, attentions_corrupt=att),
+                                   ask=types.SimpleNamespace(labels_clean=labels, labels_corrupt=labels)),
+        state=types.SimpleNamespace(colormap="viridis"))
+    pair = PatternPair(panel)
+    qtbot.addWidget(pair)
+    pair.resize(width, height)
+    pair.head = (0, 0)
+    pair.show()
+    qtbot.waitExposed(pair)
+    return pair, pair.grab().toImage()

@@ -5,7 +5,6 @@ the pixel's. (The map's hover took a cell's unrounded edges while Qt fills it be
 rounded to whole pixels, naming a neighbour on a pixel column near an edge; the patterns' hover read
 the pixels past a tile's right and bottom edges, painted as the paper, as its last column and row.)"""
 
-import types
 
 import numpy as np
 import pytest
@@ -13,7 +12,8 @@ import pytest
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
-from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
+from attnviz.ui.panels.patching_maps import PatchMap
+from windows import shown_pattern_pair
 
 
 def _rgb(c) -> tuple[int, int, int]:
@@ -58,18 +58,8 @@ def test_the_map_hover_names_the_cell_each_pixel_shows(qtbot, T):
 @pytest.mark.parametrize("T", [300, 37])
 def test_the_pattern_hover_names_the_cell_each_pixel_shows(qtbot, T):
     att = (np.random.default_rng(T).random((1, 1, T, T)) ** 3).astype(np.float32)
-    labels = tuple(f"w{i}" for i in range(T))
-    panel = types.SimpleNamespace(
-        jobs=types.SimpleNamespace(sides=types.SimpleNamespace(attentions_clean=att, attentions_corrupt=att),
-                                   ask=types.SimpleNamespace(labels_clean=labels, labels_corrupt=labels)),
-        state=types.SimpleNamespace(colormap="viridis"))
-    pair = PatternPair(panel)
-    qtbot.addWidget(pair)
-    pair.resize(421, 233)
-    pair.head = (0, 0)
-    pair.show()
-    qtbot.waitExposed(pair)
-    image = pair.grab().toImage()
+    labels = tuple(f"w{i}" for i in range(T))  # (shown_pattern_pair's tokens)
+    pair, image = shown_pattern_pair(qtbot, att, 421, 233)
     side = int(pair.rects[0].width())
     assert (side < T) == (T == 300)
 

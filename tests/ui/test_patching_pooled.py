@@ -6,7 +6,6 @@ names the cell a pixel shows. (The map drew a cell at least 3 pixels wide and 2 
 what ran past the panel's edge, its colour bar too; the patterns were scaled by nearest pixel and
 lost rows.)"""
 
-import types
 
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
 from attnviz.figures.numbers import signed
-from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
+from attnviz.ui.panels.patching_maps import PatchMap
+from windows import shown_pattern_pair
 
 T = 300  # positions: far more than the map's width holds at 3 pixels each
 
@@ -90,18 +90,8 @@ def test_a_pattern_smaller_than_its_tokens_pools_them_and_reads_the_cell_a_pixel
     att = np.zeros((1, 1, T, T), np.float32)
     strong = list(range(0, T, 5))
     att[0, 0, strong, 3] = 1.0  # one strong key in every 5th query row
-    labels = tuple(f"w{i}" for i in range(T))
-    panel = types.SimpleNamespace(
-        jobs=types.SimpleNamespace(sides=types.SimpleNamespace(attentions_clean=att, attentions_corrupt=att),
-                                   ask=types.SimpleNamespace(labels_clean=labels, labels_corrupt=labels)),
-        state=types.SimpleNamespace(colormap="viridis"))
-    pair = PatternPair(panel)
-    qtbot.addWidget(pair)
-    pair.resize(420, 230)
-    pair.head = (0, 0)
-    pair.show()
-    qtbot.waitExposed(pair)
-    image = pair.grab().toImage()
+    labels = tuple(f"w{i}" for i in range(T))  # (shown_pattern_pair's tokens)
+    pair, image = shown_pattern_pair(qtbot, att, 420, 230)
     hot = tuple(int(v) for v in C.weight_rgb(np.ones((1, 1)), "viridis")[0, 0])
     r = pair.rects[0]
     side = int(r.width())
