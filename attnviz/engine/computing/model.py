@@ -27,7 +27,7 @@ from attnviz.engine.computing.run_result import RunResult, kept_sizes
 from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore
-from attnviz.engine.reading.memory_budget import HEADROOM, available_memory, grams_bytes
+from attnviz.engine.reading.memory_budget import default_budget, grams_bytes
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,9 @@ class Model:
         if not isinstance(layers, LayerStore):
             return  # built in memory (the textbook model): nothing to expand
         if n_bytes is None:
-            have = available_memory()
-            if have is not None:  # (not clamped at 0: memory short of the Grams takes it from the layers)
-                unmade = self.grams_to_make() + sum(m.grams_to_make() for m in self.beside())
-                n_bytes = max(max(layers.sizes), have - HEADROOM - unmade + layers.held_bytes())
+            unmade = self.grams_to_make() + sum(m.grams_to_make() for m in self.beside())
+            free = default_budget(unmade, clamp=False)  # (memory short of the Grams takes it from the layers)
+            n_bytes = None if free is None else max(max(layers.sizes), free + layers.held_bytes())
         layers.set_budget(n_bytes)
         self._head = None
 

@@ -68,13 +68,15 @@ def grams_bytes(cfg) -> int:
     return 4 * cfg.n_layer * cfg.n_head * cfg.d_head * cfg.d_head
 
 
-def default_budget(other_bytes: int = 0) -> int | None:
+def default_budget(other_bytes: int = 0, clamp: bool = True) -> int | None:
     """The memory available now, less what the model needs besides its layers (`other_bytes`) and
-    HEADROOM; None (no limit) where the OS does not say."""
+    HEADROOM; None (no limit) where the OS does not say. clamp=False: below 0 where memory is
+    short of them (a loaded model's layers held then give up that much)."""
     have = available_memory()
     if have is None:
         return None
-    return max(0, have - int(other_bytes) - HEADROOM)
+    free = have - int(other_bytes) - HEADROOM
+    return max(0, free) if clamp else free
 
 
 def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
