@@ -1,6 +1,7 @@
 """Which pixel of an image the screen shows where, as Qt paints it; shared by the heatmap grid's
 mosaic (grid.py) and the focus view's picture (focus.py), so that the pointer over a screen pixel
-reads the cell whose value that pixel shows.
+reads the cell whose value that pixel shows, and a mark (Find's, in the focus view) sits on the
+pixel painted with its cell (`painted_span`, the other way round).
 
 Qt's raster engine draws an unsmoothed scaled image into its rect on the screen rounded to whole
 pixels, each screen pixel the image pixel at its centre in 16.16 fixed point (`painted_index`).
