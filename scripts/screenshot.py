@@ -291,7 +291,8 @@ def main() -> int:
         wait(lambda: w.why_jobs.attribution is not None and not w.why_jobs.busy, 60)
         from PySide6.QtCore import Qt
 
-        w.resizeDocks([w.focus_dock, w.why_dock], [height // 3, height], Qt.Orientation.Vertical)
+        tab = w.focus_dock.widget()  # (the Focus head tab's own docks: Why here? below the view)
+        tab.resizeDocks([w.why_dock], [tab.height() * 5 // 8], Qt.Orientation.Vertical)
         settle(0.3)
         canvas = w.why_panel.canvas  # hover the key side's largest head: the grid outlines it
         rests = [i for i, b in enumerate(canvas.lay.rows) if not b.row.components]

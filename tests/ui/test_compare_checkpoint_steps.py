@@ -143,3 +143,28 @@ def test_a_new_step_of_a_shows_no_b_or_a_minus_b_of_the_old_step(window, qtbot):
     settled(qtbot, w, st.checkpoints.model(16))
     qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
     assert g.titles()[0] == "A \u2212 B L0 H0" and not g.mode_selector.waiting.isVisible()
+
+
+def test_a_new_step_of_a_that_fails_to_compare_is_not_said_to_be_comparing(window, qtbot, monkeypatch):
+    """A comparison of the new step that fails: the selector says there is none (the panel's note
+    says why), not that it is still comparing; the next one that comes in clears it."""
+    from attnviz.engine.analysing import pair
+
+    w, st, g = window, window.state, window.grid
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w, st.model)
+    follow = pair.Follower.follow
+
+    def fails(*args, **kw):
+        raise RuntimeError("no room")
+    monkeypatch.setattr(pair.Follower, "follow", fails)
+    st.set_checkpoint(16)
+    qtbot.waitUntil(lambda: w.compare_panel.note.text().startswith("Could not compare:"), timeout=WAIT)
+    assert g.shown_mode == "A" and g.mode_selector.waiting.isVisible()
+    assert g.mode_selector.waiting.text() == "(could not compare: A's last run shown)"
+    monkeypatch.setattr(pair.Follower, "follow", follow)
+    st.set_checkpoint(8)
+    assert g.mode_selector.waiting.text() == "(comparing\u2026: A's last run shown meanwhile)"
+    settled(qtbot, w, st.checkpoints.model(8))
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is st.result, timeout=WAIT)
+    assert not g.mode_selector.waiting.isVisible() and w.compare_panel.note.text() == ""

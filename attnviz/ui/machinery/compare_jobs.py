@@ -166,6 +166,7 @@ class CompareJobs(QObject):
         self.induction: dict | None = None  # compare.induction on the probe
         self.mode = "A-B"
         self.note = ""  # one line: why B did not open, or why there is no comparison
+        self.failed: str | None = None  # why the last comparison asked for failed (None: it did not)
         self.last_s = 0.0
         self._known = None  # compare_tokens.next_token_numbers' `seen` of the last numbers: what is reused
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
@@ -220,7 +221,7 @@ class CompareJobs(QObject):
             a = self._follow_new_a(a)
         self.source, self.note = source, ""
         shown, self._handoff = self._shown_run(a), None
-        self.comparison = self.induction = self._known = None
+        self.comparison = self.induction = self._known = self.failed = None
         self.worker.claim(COMPARE_KIND)  # the jobs before, stale: none runs on the caches cleared
         if shown is None:  # (else no run of A is on its way: the one shown is the newest)
             self.worker.claim("compute")
@@ -259,7 +260,7 @@ class CompareJobs(QObject):
         if self._beside is not None:  # (A's budget, lowered beside B, whole again)
             give_back(self._beside, self.b)
         self.b = self.identity = self.source = self.loading = self._follower = self._beside = None
-        self.comparison = self.induction = self._known = None
+        self.comparison = self.induction = self._known = self.failed = None
         self.note = ""
         if had:
             self.sigChanged.emit()
@@ -277,7 +278,7 @@ class CompareJobs(QObject):
         for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND):
             self.worker.cancel(kind)
         self._handoff, self._frame_of = None, None
-        self.comparison = self.induction = self._known = None
+        self.comparison = self.induction = self._known = self.failed = None
         self._follower = Follower(self._follow_new_a(self._follower.a), self.b)
         self.note = f"A is now {side_name(a)}: comparing it with B again\u2026"
         self.worker.scores_after_frame()  # (quick text scores waiting for the old comparison's frame)
@@ -400,11 +401,12 @@ class CompareJobs(QObject):
             self.worker.scores_after_frame()
             return
         if error is not None:
-            self.note = f"Could not compare: {describe_error(error)}"
+            self.failed = describe_error(error)
+            self.note = f"Could not compare: {self.failed}"
             self.sigChanged.emit()
             self.worker.scores_after_frame()
             return
-        self.comparison, self.last_s = value, value.seconds
+        self.comparison, self.last_s, self.failed = value, value.seconds, None
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
         self.sigChanged.emit()  # (the panel paints it in this turn)
         # the pool's next jobs (the next-token numbers, the text's head scores) after this frame's

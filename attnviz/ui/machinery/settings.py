@@ -220,9 +220,26 @@ def restore_window(window, settings: QSettings) -> bool:
     return False
 
 
+def _focus_tab(window):
+    """The Focus head tab's own dock area (Why here? below the focus view), None where the window
+    has no Why here? (ui/panels/why_panel.py)."""
+    from PySide6.QtWidgets import QMainWindow
+
+    inner = window.focus_dock.widget() if getattr(window, "focus_dock", None) is not None else None
+    return inner if isinstance(inner, QMainWindow) else None
+
+
+def restore_focus_tab(inner, settings: QSettings) -> bool:
+    """The Focus head tab's docks as they were saved; False when there was none."""
+    state = settings.value("focus_tab_state")
+    return isinstance(state, QByteArray) and not state.isEmpty() and bool(inner.restoreState(state))
+
+
 def save_window(window, settings: QSettings) -> None:
     settings.setValue("geometry", window.saveGeometry())
     settings.setValue("window_state", window.saveState())
+    if (inner := _focus_tab(window)) is not None:
+        settings.setValue("focus_tab_state", inner.saveState())
     settings.setValue("raised_tabs", ",".join(raised_tabs(window)))
     settings.sync()
 
@@ -232,10 +249,15 @@ def remember_docks(window, settings: QSettings) -> None:
     written at once where they changed: a crash keeps a dock the user floated out as well as a
     tab raised."""
     value, state = ",".join(raised_tabs(window)), window.saveState()
-    if settings.value("raised_tabs", "") != value or settings.value("window_state") != state:
+    inner = _focus_tab(window)
+    tab = inner.saveState() if inner is not None else None
+    if (settings.value("raised_tabs", "") != value or settings.value("window_state") != state
+            or (tab is not None and settings.value("focus_tab_state") != tab)):
         settings.setValue("geometry", window.saveGeometry())
         settings.setValue("window_state", state)
         settings.setValue("raised_tabs", value)
+        if tab is not None:
+            settings.setValue("focus_tab_state", tab)
         settings.sync()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
+    QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QPushButton, QScrollArea,
     QSizePolicy, QVBoxLayout, QWidget,
 )
 
@@ -171,29 +171,37 @@ def focus_menu(window, jobs, dock, cell) -> QMenu:
     return menu
 
 
-WHY_SHARE = 0.4  # of the dock column's height, Why here? below the focus view on its first show
+WHY_SHARE = 0.4  # of the focus tab's height, Why here? below the focus view on its first show
 
 
 def _share_column(window, dock) -> None:
-    """Why here? and the docks above it (the focus view's tab group) split their column's height:
-    its note whole and its lists in sight, the focus view still the larger."""
-    above = window.focus_dock
-    if not dock.isVisible() or dock.isFloating() or above.isFloating():
+    """Why here? and the focus view above it split the Focus head tab's height: its note whole
+    and its lists in sight, the focus view still the larger."""
+    inner = window.focus_dock.widget()
+    if not dock.isVisible() or dock.isFloating() or not isinstance(inner, QMainWindow):
         return
-    total = above.height() + dock.height()
-    mine = int(total * WHY_SHARE)
-    window.resizeDocks([above, dock], [total - mine, mine], Qt.Orientation.Vertical)
+    inner.resizeDocks([dock], [int(inner.height() * WHY_SHARE)], Qt.Orientation.Vertical)
 
 
 def make_why_dock(window):
-    """The Why here? dock, empty: where the saved layout has it, else below the focus view and its
-    tabs (both in sight), hidden until a cell asks for it (the window makes it at start)."""
+    """The Why here? dock, empty, inside the Focus head tab: below the focus view it explains, so
+    the side tabs keep the window's height (a dock below the tab group would leave them part of
+    it, too little for every name). Where the saved layout has it, else below the focus view,
+    hidden until a cell asks for it (the window makes it at start)."""
     from PySide6.QtWidgets import QDockWidget
 
-    dock = QDockWidget("Why here?", window)
+    from attnviz.ui.machinery.settings import restore_focus_tab
+
+    inner = QMainWindow(window.focus_dock)  # the Focus head tab's own dock area
+    inner.setWindowFlags(Qt.WindowType.Widget)
+    inner.setObjectName("focus_tab")
+    inner.setCentralWidget(window.focus_view)
+    window.focus_dock.setWidget(inner)
+    dock = QDockWidget("Why here?", inner)
     dock.setObjectName("why_dock")
-    if not window.restoreDockWidget(dock):
-        window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock, Qt.Orientation.Vertical)
+    dock.setAllowedAreas(Qt.DockWidgetArea.TopDockWidgetArea | Qt.DockWidgetArea.BottomDockWidgetArea)
+    inner.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+    if not restore_focus_tab(inner, window.settings):
         dock.hide()  # until a cell asks for it
         sized = [False]  # its first show gives it its share (Qt gives a dock shown later its least)
 
@@ -203,6 +211,9 @@ def make_why_dock(window):
                 QTimer.singleShot(0, window, lambda: _share_column(window, dock))
         dock.visibilityChanged.connect(share)
     window.menus.view_menu.addAction(dock.toggleViewAction())
+    # opened from the View menu behind another tab: the Focus head tab raised, so it is seen
+    dock.toggleViewAction().triggered.connect(
+        lambda on: on and not dock.isFloating() and window.focus_dock.raise_())
     return dock
 
 

@@ -23,7 +23,7 @@ from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
 )
 from attnviz.ui.views.mosaic import cell_readout
-from attnviz.ui.views.painted import painted_point
+from attnviz.ui.views.painted import painted_centres, painted_point
 
 class KeyAxis(pg.AxisItem):
     """Top axis whose tick labels are drawn rotated, so long key tokens never overlap."""
@@ -119,6 +119,7 @@ class FocusView(QWidget):
         self.vb.invertY(True)  # query rows top to bottom; cells stretch to fill the dock
         self.vb.disableAutoRange()
         self.vb.sigResized.connect(self._view_box_resized)
+        self.vb.sigTransformChanged.connect(self._draw_overlay)  # (pooled: marks on painted pixels)
         for name in ("left", "top"):
             ax = self.plot.getAxis(name)
             ax.setPen(pg.mkPen(BACKGROUND))
@@ -365,7 +366,20 @@ class FocusView(QWidget):
             self.overlay.clear()
             return
         q, k = np.nonzero(mask)
-        self.overlay.setData(x=k + 0.5, y=q + 0.5)
+        pic = self.picture
+        if pic is None or not pic.pooled or self.vb.width() < 1:
+            self.overlay.setData(x=k + 0.5, y=q + 0.5, size=0.8)
+            return
+        # pooled: one mark on each painted pixel that holds a match, in its middle as Qt paints it
+        # (a hidden first key is a gap, not a pixel: its mark stays on it)
+        rows, cols = q // pic.pool, np.where(k < pic.x0, -1 - k, (k - pic.x0) // pic.key_pool)
+        rows, cols = np.unique(np.stack([rows, cols]), axis=1)
+        self.vb.updateMatrix()  # (the picture's place on the screen as it will be painted)
+        js, is_ = np.unique(cols[cols >= 0]).tolist(), np.unique(rows).tolist()
+        xs, ys = painted_centres(self.gw, self.vb, self.img, js, is_)
+        x_of, y_of = dict(zip(js, xs)), dict(zip(is_, ys))
+        self.overlay.setData(x=[x_of[j] if j >= 0 else -j - 0.5 for j in cols.tolist()],
+                             y=[y_of[i] for i in rows.tolist()], size=0.8 * min(pic.pool, pic.key_pool))
 
     def _draw_query(self, *_):
         q = self.state.preview_query() if self.state.on_screen()[1] else self.state.query_pos

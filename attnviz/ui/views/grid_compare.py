@@ -62,6 +62,7 @@ class ModeSelector(QWidget):
 
     def refresh(self) -> None:
         self.clean.setVisible(self.jobs.state.effects.ablation.active and grid_mode(self.jobs) != "A")
+        self.waiting.setText(FAILED if self.jobs.failed is not None else WAITING)
         self.waiting.setVisible(waiting(self.jobs))
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
@@ -210,6 +211,7 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
 # (short: beside the buttons; "last run": after a training step change it is the old step's until
 # the new A's run is in, so the words claim no step)
 WAITING = "(comparing\u2026: A's last run shown meanwhile)"
+FAILED = "(could not compare: A's last run shown)"  # (the Compare panel's note says why)
 # what Compare compares while heads (or edges) are switched off in A: both models' clean runs
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
 

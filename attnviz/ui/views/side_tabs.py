@@ -5,8 +5,8 @@ The tabs run down the window's edge, where the names have the window's height (a
 of a 440 px dock there is room for a few). A tab is its name plus the style's padding (24 px in
 Fusion, eight to ten tabs' worth of a 700 px bar), so the padding shares out the room the names
 leave: the style's own where the bar has room, less where it has not, down to MIN_SPACE. Past that
-the bar scrolls, its names still whole (as when Why here?, open below the focus view, leaves the
-tabs part of the dock area's height)."""
+the bar scrolls, its names still whole (as where a dock placed below the tabs leaves them part of
+the dock area's height; Why here? sits inside the Focus head tab so it does not)."""
 
 from __future__ import annotations
 
