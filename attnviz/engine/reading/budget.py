@@ -41,7 +41,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading.pages import (
-    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
+    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, owner, populate_pages,
 )
 
 HUGE_PAGE = 2 << 20  # bytes: the arena starts on a boundary of Linux's transparent huge pages
@@ -145,6 +145,19 @@ def arena_array(shape: tuple, dtype) -> np.ndarray:
     return slot if slot is not None else np.empty(shape, dtype=dtype)
 
 
+def _matrices(layer) -> list[tuple[str, np.ndarray]]:
+    """(field, the array its memory lies in: pages.owner) of each float32 matrix of a layer held
+    in the process's memory (the arrays an _Arena packs), not in a file's mapped pages."""
+    out = []
+    for f in dataclasses.fields(layer):
+        a = getattr(layer, f.name)
+        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype == np.float32:
+            o = owner(a)
+            if o is not None:
+                out.append((f.name, o))
+    return out
+
+
 def _layer_bytes(layer) -> int:
     """Bytes of a layer's arrays (tuples of them too) and of its packed matrices."""
     n = 0
@@ -212,6 +225,29 @@ class LayerStore(Sequence):
             for i in sorted(old):  # layers that leave the set may stay in the passing room
                 if i not in keep:
                     self._pass(i, old[i])
+        if set(old) - keep:
+            self._leave_arena(old)
+
+    def _leave_arena(self, old: dict) -> None:
+        """The layers held now that lie in one buffer with others of `old` (the load's _Arena)
+        copied out of it: a layer leaving the fixed set then gives its memory back once no run
+        holds it, not when every layer packed beside it has gone too."""
+        counts: dict[int, int] = {}  # id of an owning array -> layers of `old` in it
+        for layer in old.values():
+            for i in {id(o) for _, o in _matrices(layer)}:
+                counts[i] = counts.get(i, 0) + 1
+        with self._lock:
+            held = {**self._passing, **self._kept}
+        for i, layer in held.items():
+            moved = {name: a.copy(order="K") for name, o in _matrices(layer) if counts.get(id(o), 0) > 1
+                     for a in (getattr(layer, name),)}  # (order K: a transposed slot stays transposed)
+            if not moved:
+                continue
+            layer_now = dataclasses.replace(layer, **moved)
+            with self._lock:  # (unless the budget changed again meanwhile)
+                for where in (self._kept, self._passing):
+                    if where.get(i) is layer:
+                        where[i] = layer_now
 
     def _pass(self, i: int, layer) -> None:  # under _lock: hold layer i in the room, oldest out
         self._passing[i] = layer
