@@ -158,6 +158,15 @@ def _matrices(layer) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def _array_bytes(layer) -> int:
+    """Bytes of a layer's arrays (tuples of them too), not its packed matrices; 0 for None."""
+    n = 0
+    for f in dataclasses.fields(layer) if layer is not None else ():
+        value = getattr(layer, f.name)
+        n += sum(a.nbytes for a in (value if isinstance(value, tuple) else (value,)) if isinstance(a, np.ndarray))
+    return n
+
+
 def _layer_bytes(layer) -> int:
     """Bytes of a layer's arrays (tuples of them too) and of its packed matrices."""
     n = 0
@@ -368,6 +377,15 @@ class LayerStore(Sequence):
             views = [v for v in self._views.values() if v is not None]
         return sum(_layer_bytes(v) for v in views)
 
+    def copy_bytes(self) -> tuple[int, int]:
+        """(bytes the float32 copies held now add to their packed views, what every layer's copy
+        would add): a copy shares its view's float32 vectors and matrices without a kernel
+        (gguf_model._expanded), which view_bytes counts."""
+        with self._lock:
+            views, held = dict(self._views), (*self._kept, *self._passing)
+        own = [size - _array_bytes(views.get(i)) for i, size in enumerate(self.sizes)]
+        return sum(own[i] for i in held), sum(own)
+
     def output(self, i: int):
         """Layer i's w_o [n_head d_head, d_model], b_o and post_attn_norm (or None): the held
         layer's, else read alone from the file when the loader can (a tenth of a layer; not kept),
@@ -437,9 +455,10 @@ class LayerStore(Sequence):
         if any(v is not None for v in self._views.values()):
             where = ("no memory limit known" if self.budget is None
                      else f"within the {format_bytes(self.budget)} memory budget")
+            copies, all_copies = self.copy_bytes()
             return (f"{plural(n, 'layer')} held in their file's blocks ({format_bytes(self.view_bytes())}); "
                     f"{len(self._kept) + len(self._passing)} expanded to float32 for long runs "
-                    f"({format_bytes(self.held_bytes())} of {format_bytes(total)}, {where})")
+                    f"({format_bytes(copies)} of {format_bytes(all_copies)}, {where})")
         if self.budget is None:
             return f"all {plural(n, 'layer')} expanded ({format_bytes(total)} float32; no memory limit known)"
         if self.kept == n:
