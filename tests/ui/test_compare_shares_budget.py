@@ -1,4 +1,4 @@
-"""Compare's two models and the memory budget (pair.load_second, CompareJobs): a chosen budget
+"""Compare's two models and the memory budget (pair_memory.load_second, CompareJobs): a chosen budget
 holds A and B together, A's own lowered as B opens and given back whole as Compare closes, and
 Models > Memory budget splits a new size the same way while B is open; B picked as the last
 training step is the window's own model, compared as it is (no budget changed, nothing opened

@@ -287,8 +287,8 @@ class CompareJobs(QObject):
     def _follow_new_a(self, old):
         """B beside the state's model (another training step of `old`), not `old`: where Compare
         loaded B for itself, the memory budget split with the new A, `old`'s whole again
-        (pair.move_beside). -> the new A."""
-        from attnviz.engine.analysing.pair import move_beside
+        (pair_memory.move_beside). -> the new A."""
+        from attnviz.engine.analysing.pair_memory import move_beside
         from attnviz.engine.reading.memory_budget import chosen_budget
 
         a = self.state.model
@@ -304,9 +304,9 @@ class CompareJobs(QObject):
 
     def share_budget(self, n_bytes: int | None) -> bool:
         """Models > Memory budget `n_bytes` (a size) while Compare holds a B loaded for itself:
-        split between A and B (pair.share_budget; InputError where B gets less than a layer).
+        split between A and B (pair_memory.share_budget; InputError where B gets less than a layer).
         -> False where there is no such B, or the budget is auto (A's alone then)."""
-        from attnviz.engine.analysing.pair import share_budget
+        from attnviz.engine.analysing.pair_memory import share_budget
 
         if self._beside is None or n_bytes is None or self.b is None:
             return False
