@@ -190,3 +190,23 @@ def test_a_budget_too_small_for_both_names_the_split(share):
     assert (a.weights.layers.budget, b.weights.layers.budget) == before
     share_budget(a, b, kept + max(sizes))  # the least named works
     assert a.weights.layers.budget + b.weights.layers.budget == kept + max(sizes)
+
+
+def test_auto_short_of_what_a_and_b_hold_takes_from_b_first(monkeypatch):
+    """Auto with B open (pair_memory.share_auto) where the memory available is short of what the
+    two hold: B gives up its layers first, down to its largest, then A, never below its own."""
+    from attnviz.engine.analysing.pair_memory import share_auto
+
+    a = load_model(LLAMA)
+    b = _open_b(a)
+    sizes = a.weights.layers.sizes
+    unmade = a.grams_to_make() + b.grams_to_make()
+    held = a.budgeted_bytes()[0]
+    for short, want_b, want_a in ((2 * held - 2 * max(sizes), max(sizes), max(sizes)),
+                                  (max(sizes), held - max(sizes), held)):
+        monkeypatch.setattr(weights, "available_memory", lambda s=short: MB.HEADROOM + unmade - s)
+        share_auto(a, b)
+        assert (a.weights.layers.budget, b.weights.layers.budget) == (want_a, want_b)
+        for m in (a, b):
+            m.set_memory_budget(10 * held)
+            m.run(ids=IDS)  # (every layer held again)

@@ -56,19 +56,60 @@ def share_budget(a, b, chosen: int) -> None:
     a.set_memory_budget(chosen - left)
 
 
+def share_auto(a, b) -> None:
+    """The default budget (auto) over A and B open beside it, split as a chosen one is
+    (share_budget): the memory available now, less HEADROOM and the W_O Grams neither has made
+    yet (memory_budget.default_budget), with the float32 layers and unembedding copies both hold
+    now counted in; B gets what A keeps now leaves of it, A the rest, so neither budget claims
+    memory the other's does. Memory short of what they hold: B gives up its layers first, down to
+    its largest, then A. Each its own default where the system does not say what is available."""
+    free = MB.default_budget(a.grams_to_make() + b.grams_to_make(), clamp=False)
+    if free is None:
+        a.set_memory_budget(None)
+        b.set_memory_budget(None)
+        return
+    layers, copy = a.budgeted_bytes()  # (one read, as _kept_for's)
+    room = free + layers + copy + sum(b.budgeted_bytes())
+    left = max(_largest(b), room - max(layers, _largest(a)) - copy)
+    b.set_memory_budget(left)
+    a.set_memory_budget(max(_largest(a), room - left))
+
+
+def share(a, b, chosen: int | None) -> None:
+    """A budget chosen with B open beside A: a size split by share_budget, auto (None) by
+    share_auto."""
+    if chosen is None:
+        share_auto(a, b)
+    else:
+        share_budget(a, b, chosen)
+
+
+def _largest(model) -> int:
+    """Bytes of the model's largest float32 layer (0: its layers are not budgeted)."""
+    return max(getattr(model.weights.layers, "sizes", ()), default=0)
+
+
 def own_budget(a, b, chosen: int | None) -> None:
-    """A given its budget back as Compare lets B go (the chosen one, whole); under the default
-    (None) A's was never lowered. Nothing where B is A, or a model the caller holds anyway."""
-    if chosen is not None and b is not None and b is not a:
-        a.set_memory_budget(chosen)
+    """A given its budget back as Compare lets B go: the chosen one whole, or under the default
+    (None) what auto gives A once B has gone: the memory available now with B's float32 layers and
+    unembedding copy, given back with B, counted in (B still holds them as this is called).
+    Nothing where B is A, or a model the caller holds anyway."""
+    if b is None or b is a:
+        return
+    if chosen is None:
+        free = MB.default_budget(a.grams_to_make(), clamp=False)
+        chosen = None if free is None else max(_largest(a), free + sum(a.budgeted_bytes()) + sum(b.budgeted_bytes()))
+    a.set_memory_budget(chosen)
 
 
 def move_beside(old, new, b, chosen: int | None) -> None:
     """Model B, loaded beside `old` (load_second), beside `new` instead (A moved to another
     training step): old's budget whole again (own_budget) and old no longer beside B; new and B
     each beside the other, and under a chosen budget new's lowered to what B's leaves of it (at
-    least one layer), so the two together hold `chosen` at most."""
-    own_budget(old, b, chosen)
+    least one layer), so the two together hold `chosen` at most. Under the default, old's budget
+    stays as it is (B, kept, still holds its memory)."""
+    if chosen is not None:
+        own_budget(old, b, chosen)
     old.close_beside(b)
     b.close_beside(old)
     if b is new:
@@ -85,15 +126,29 @@ def move_beside(old, new, b, chosen: int | None) -> None:
 class Second:
     """Model B as load_beside loaded it, A not yet changed: `own` whether it was loaded for the
     caller (not A itself nor a model in `shared`, which are as they were), `a_budget` A's budget
-    beside it under a chosen budget (the chosen one less B's; None: A's stays)."""
+    beside it under a chosen budget (the chosen one less B's; None: A's stays), `chosen` the
+    budget read as B's load began, which a_budget and B's own were worked out from."""
     model: object
     own: bool
     a_budget: int | None = None
+    chosen: int | None = None
 
     def accept(self, a) -> None:
-        """A's budget lowered to its share beside B, once B is kept (a B let go changes nothing)."""
-        if self.a_budget is not None:
+        """A's budget lowered to its share beside B, once B is kept (a B let go changes nothing),
+        or the budget chosen since B's load began split between them (reshare)."""
+        if not self.reshare(a) and self.a_budget is not None:
             a.set_memory_budget(self.a_budget)
+
+    def reshare(self, a) -> bool:
+        """Where another budget was chosen while B loaded (Models > Memory budget: A's alone, B
+        not open beside it yet), that one split between `a` and B as with B open (share) -> True;
+        InputError, nothing changed, where a size cannot hold both. False where it is the budget B
+        loaded under, or B is not the caller's own."""
+        now = MB.chosen_budget()
+        if not self.own or now == self.chosen:
+            return False
+        share(a, self.model, now)
+        return True
 
 
 def load_second(load: Callable[[int | None], object], a, what: str, shared: tuple = ()):
@@ -129,7 +184,7 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
             b.leave_room(a.grams_to_make())
         a.open_beside(b)
         b.open_beside(a)
-        return Second(b, True, None if left is None else chosen - left)
+        return Second(b, True, None if left is None else chosen - left, chosen)
     except AttnvizError as exc:
         # (the room rounds down, as B's own refusal writes the budget it got)
         room = "" if left is None else (f" ({format_bytes(left, 'down')} of the {format_bytes(chosen)} "
