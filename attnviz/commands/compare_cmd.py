@@ -17,9 +17,9 @@ from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import (
     check_same_shape,
     check_same_vocab,
-    load_second,
     models_pair,
 )
+from attnviz.engine.analysing.pair_memory import load_second
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.checkpoints import checkpoint_record, model_at

@@ -157,8 +157,9 @@ class Menus:
 
 def ask_memory_budget(w) -> None:
     """Models > Memory budget: a size (2G, 512M) or auto, applied to the loaded model at once and
-    to the models opened later, and remembered (ui/machinery/settings.py). A size with Compare's
-    B open holds A and B together, split as when B opened (CompareJobs.share_budget)."""
+    to the models opened later, and remembered (ui/machinery/settings.py). With Compare's B open,
+    a size holds A and B together, split as when B opened, and auto the memory available, split
+    the same way (CompareJobs.share_budget)."""
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
@@ -187,8 +188,8 @@ def ask_memory_budget(w) -> None:
     remembered.remember_memory_budget(w.settings, text)
 
 
-_WITH_B = (" With Compare open, a size holds model A and model B together: B gets what A holds "
-           "now leaves of it, A the rest; auto applies to A.")
+_WITH_B = (" With Compare open, a size, or auto's memory available, holds model A and model B "
+           "together: B gets what A holds now leaves of it, A the rest.")
 
 
 def _b_open(w) -> bool:

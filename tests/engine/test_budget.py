@@ -327,6 +327,35 @@ def test_kept_layers_share_one_buffer_and_run_bit_for_bit_as_before(name, monkey
         np.testing.assert_array_equal(packed.run(text).attentions, plain.run(text).attentions)
 
 
+
+def _owned_bytes(store) -> int:
+    """Bytes of the memory the layers a store holds lie in (pages.owner), each owner once."""
+    owners = {}
+    for i in range(len(store)):
+        if store.holds(i):
+            layer = store[i]
+            for value in vars(layer).values():
+                for a in value if isinstance(value, tuple) else (value,):
+                    o = pages.owner(a) if isinstance(a, np.ndarray) else None
+                    if o is not None:
+                        owners[id(o)] = o.nbytes
+    return sum(owners.values())
+
+
+def test_a_lowered_budget_gives_the_buffer_of_the_layers_it_drops_back():
+    """Compare's B (MiniLM's safetensors) with its budget lowered to two layers after load: the
+    layers it keeps are copied out of the load's one buffer, so the buffer goes with the layers
+    dropped and what the layers lie in is no more than the bytes the memory line names; the
+    patterns are the same, bit for bit."""
+    model = load_model("all-MiniLM-L6-v2")
+    store = model.weights.layers
+    before = model.run(TEXT).attentions
+    assert _owned_bytes(store) > 2 * max(store.sizes)  # (every layer in one buffer)
+    model.set_memory_budget(2 * max(store.sizes))
+    assert store.kept < len(store) and _owned_bytes(store) <= store.held_bytes()
+    np.testing.assert_array_equal(model.run(TEXT).attentions, before)
+    assert _owned_bytes(store) <= store.held_bytes() <= 2 * max(store.sizes)
+
 def _arena_threads() -> list:
     import threading
 

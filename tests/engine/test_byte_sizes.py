@@ -59,7 +59,7 @@ def test_a_refused_second_model_reads_its_room_as_its_own_refusal_does():
     import re
 
     from attnviz.engine import load_model
-    from attnviz.engine.analysing.pair import load_second
+    from attnviz.engine.analysing.pair_memory import load_second
     from attnviz.engine.errors import AttnvizError
     from tiny import FIXTURES
 

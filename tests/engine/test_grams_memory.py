@@ -8,7 +8,7 @@ leaves a second model room that counts none of them, and its refusal does not na
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.pair import load_second
+from attnviz.engine.analysing.pair_memory import load_second
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB

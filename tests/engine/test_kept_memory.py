@@ -70,3 +70,21 @@ def test_a_quantized_copys_tables_its_float32_copy_and_grams_each_once():
     assert model.memory == (f"{line}; also kept: {tables}, unembedding as float32 "
                             f"({format_bytes(4 * c.vocab_size * c.d_model)}), W_O Grams for 2 of 2 layers "
                             f"({format_bytes(grams_bytes(c))})")
+
+
+def test_the_memory_line_and_the_caches_bytes_find_one_owner(tmp_path):
+    """One answer to whose memory an array lies in (pages.owner), for the memory line and the KV
+    cache's bytes (run_result.allocated_bytes) alike: a view of a view counts the array it
+    views once, and a slice of a memory-mapped file counts nothing (the file's pages)."""
+    from attnviz.engine.computing.run_result import allocated_bytes
+    from attnviz.engine.reading.pages import owner
+
+    buffer = np.zeros((4, 64), np.float32)
+    nested = np.ndarray((2, 8), np.float32, buffer=buffer[1:3, :16].copy().view(np.uint8).view(np.float32))
+    np.zeros(256, np.float32).tofile(tmp_path / "pages")
+    mapped = np.memmap(tmp_path / "pages", np.float32, "r")[16:]
+    arrays = [buffer[0], buffer[1:].T, nested, mapped]
+    assert [owner(a) is not None for a in arrays] == [True, True, True, False]
+    assert owner(buffer[1:].T) is buffer and owner(mapped) is None
+    assert allocated_bytes(arrays) == buffer.nbytes + owner(nested).nbytes
+    assert allocated_bytes([mapped]) == 0

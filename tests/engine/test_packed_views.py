@@ -186,3 +186,21 @@ def test_the_views_fill_the_buffer_prepared_beside_the_tokenizer(path, kernels, 
         got, want = model.run(ids=ids, request=request), plain.run(ids=ids, request=request)
         np.testing.assert_array_equal(got.attentions, want.attentions)
         np.testing.assert_array_equal(got.value_norms, want.value_norms)
+
+
+def test_the_memory_line_counts_what_a_copy_shares_with_its_view_once(path, kernels):
+    """A layer's float32 copy shares its view's vectors and its ffn_down (F32 in the file, no
+    kernel): the memory line names the views' bytes and, for the copies, only what they add."""
+    model = load_gguf(path)
+    store = model.weights.layers
+    model.run(ids=IDS, request=RunRequest(use_cache=False))  # a long run: every layer expanded
+    assert all(store.holds(i) for i in range(len(store)))
+
+    def arrays(layer):
+        return [a for v in vars(layer).values() for a in (v if isinstance(v, tuple) else (v,))
+                if isinstance(a, np.ndarray)]
+    in_views = {id(a) for i in range(len(store)) for a in arrays(store.packed_view(i))}
+    added = {id(a): a.nbytes for layer in store for a in arrays(layer) if id(a) not in in_views}
+    assert store.copy_bytes() == (sum(added.values()), sum(added.values()))
+    assert store.copy_bytes()[0] < store.held_bytes()
+    assert f"({format_bytes(sum(added.values()))} of {format_bytes(sum(added.values()))}, " in model.memory

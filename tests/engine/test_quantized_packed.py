@@ -5,7 +5,7 @@ float32 copy of a packed matrix, and gives the numbers of that file loaded in th
 import numpy as np
 import pytest
 
-from attnviz.engine.analysing.pair import budget_left
+from attnviz.engine.analysing.pair_memory import budget_left
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.quantized import QuantizedGGUFTensors, quantized_model
 from attnviz.engine.computing.request import RunRequest
@@ -112,7 +112,7 @@ def test_the_tensors_give_the_packer_blocks_of_the_type(source):
 
 
 def test_b_gets_what_a_packed_a_leaves_of_the_budget(source, tmp_path, kernels):
-    from attnviz.engine.analysing.pair import load_second
+    from attnviz.engine.analysing.pair_memory import load_second
 
     a = load_gguf(attnviz_quantize(source, "Q8_0", tmp_path / "a.gguf").path)
     views = a.weights.layers.view_bytes()

@@ -1,4 +1,4 @@
-"""Two models' memory (Compare's A and B, pair.load_second): under the default budget each leaves
+"""Two models' memory (Compare's A and B, pair_memory.load_second): under the default budget each leaves
 room for the W_O Grams the other has not made yet, as B opens and when A's budget goes back to
 auto; a chosen budget holds both models' float32 layers and unembedding copies and nothing else,
 whichever Grams were made before; and A compared with its own last checkpoint is A, its budget
@@ -10,7 +10,7 @@ import re
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.pair import budget_left, load_second
+from attnviz.engine.analysing.pair_memory import budget_left, load_second
 from attnviz.engine.computing.checkpoints import load_checkpoints
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import AttnvizError, ModelLoadError
@@ -159,7 +159,7 @@ def test_a_chosen_budget_holds_a_and_b_together():
     for m in (a, b):
         m.run(ids=IDS, request=VALUES)
     assert a.budgeted_bytes()[0] + b.budgeted_bytes()[0] <= chosen
-    from attnviz.engine.analysing.pair import own_budget
+    from attnviz.engine.analysing.pair_memory import own_budget
 
     own_budget(a, b, chosen)
     assert a.weights.layers.budget == chosen
@@ -170,7 +170,7 @@ def test_a_budget_too_small_for_both_names_the_split(share):
     """Models > Memory budget with B open, a size that leaves B less than one layer beside what A
     holds: refused in one line naming what A keeps, what B needs and the least size that works
     (never a negative size), both budgets as they were."""
-    from attnviz.engine.analysing.pair import share_budget
+    from attnviz.engine.analysing.pair_memory import share_budget
 
     a = load_model(LLAMA)
     sizes = a.weights.layers.sizes
@@ -190,3 +190,23 @@ def test_a_budget_too_small_for_both_names_the_split(share):
     assert (a.weights.layers.budget, b.weights.layers.budget) == before
     share_budget(a, b, kept + max(sizes))  # the least named works
     assert a.weights.layers.budget + b.weights.layers.budget == kept + max(sizes)
+
+
+def test_auto_short_of_what_a_and_b_hold_takes_from_b_first(monkeypatch):
+    """Auto with B open (pair_memory.share_auto) where the memory available is short of what the
+    two hold: B gives up its layers first, down to its largest, then A, never below its own."""
+    from attnviz.engine.analysing.pair_memory import share_auto
+
+    a = load_model(LLAMA)
+    b = _open_b(a)
+    sizes = a.weights.layers.sizes
+    unmade = a.grams_to_make() + b.grams_to_make()
+    held = a.budgeted_bytes()[0]
+    for short, want_b, want_a in ((2 * held - 2 * max(sizes), max(sizes), max(sizes)),
+                                  (max(sizes), held - max(sizes), held)):
+        monkeypatch.setattr(weights, "available_memory", lambda s=short: MB.HEADROOM + unmade - s)
+        share_auto(a, b)
+        assert (a.weights.layers.budget, b.weights.layers.budget) == (want_a, want_b)
+        for m in (a, b):
+            m.set_memory_budget(10 * held)
+            m.run(ids=IDS)  # (every layer held again)

@@ -1,4 +1,4 @@
-"""Compare's two models and the memory budget (pair.load_second, CompareJobs): a chosen budget
+"""Compare's two models and the memory budget (pair_memory.load_second, CompareJobs): a chosen budget
 holds A and B together, A's own lowered as B opens and given back whole as Compare closes, and
 Models > Memory budget splits a new size the same way while B is open; B picked as the last
 training step is the window's own model, compared as it is (no budget changed, nothing opened
@@ -12,6 +12,7 @@ import threading
 import pytest
 from PySide6.QtWidgets import QInputDialog
 
+from attnviz.engine.computing.checkpoints import CheckpointSet
 from attnviz.engine.reading import memory_budget as MB
 from attnviz.ui.machinery import compare_b as CB
 from attnviz.ui.machinery import compare_jobs as CJ
@@ -125,3 +126,72 @@ def test_a_step_chosen_while_b_loads_keeps_that_b(window, qtbot, monkeypatch):
     settled(qtbot, w)
     assert len(loads) == 1 and jobs.comparison.pair.a.model is st.model
     assert st.model in jobs.b.beside() and "checkpoint 16" in w.compare_panel.title.text()
+
+
+def _choose(w, monkeypatch, text: str) -> None:
+    """Models > Memory budget, `text` typed."""
+    monkeypatch.setattr(QInputDialog, "getText", lambda *x, **k: (text, True))
+    w.menus.memory_budget_action.trigger()
+
+
+def test_auto_with_b_open_holds_a_and_b_together(window, qtbot, monkeypatch):
+    """Auto chosen with B open (B's share of a size before): the memory available split as a size
+    is, B's budget too, not A's alone; Compare closed, A's budget is auto with what B held counted
+    in."""
+    from attnviz.engine.reading import weights
+
+    w, jobs = window, window.worker.compare_jobs
+    a = w.state.model
+    sizes = a.weights.layers.sizes
+    MB.set_memory_budget(sum(sizes) + max(sizes))
+    a.set_memory_budget(sum(sizes) + max(sizes))
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    b = jobs.b
+    unmade = a.grams_to_make() + b.grams_to_make()
+    free = 3 * sum(sizes)
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + unmade + free)
+    room = free + sum(a.budgeted_bytes()) + sum(b.budgeted_bytes())
+    kept_a = max(a.budgeted_bytes()[0], max(sizes)) + a.budgeted_bytes()[1]
+    _choose(w, monkeypatch, "auto")
+    assert MB.chosen_budget() is None
+    assert budget(b) == room - kept_a and budget(a) + budget(b) == room
+    held_b = sum(b.budgeted_bytes())
+    jobs.close()
+    w.worker.wait_idle()
+    free_a = free + b.grams_to_make()  # (B's Grams no longer left room for)
+    assert budget(a) == free_a + sum(a.budgeted_bytes()) + held_b
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_a_budget_chosen_while_b_loads_is_split_as_b_opens(window, qtbot, monkeypatch, fits):
+    """A size chosen while B loads (A's alone then) is split between A and B as B opens, not the
+    one B's load began under; one too small for both leaves Compare closed, saying why."""
+    w, jobs = window, window.worker.compare_jobs
+    a = w.state.model
+    sizes = a.weights.layers.sizes
+    first = 2 * sum(sizes) + max(sizes)
+    MB.set_memory_budget(first)
+    a.set_memory_budget(first)
+    go, loads = threading.Event(), []
+    real = CheckpointSet.model
+
+    def held_back(*args):  # (B's file read after its load read the budget)
+        loads.append(args[1])
+        go.wait(WAIT / 1000)
+        return real(*args)
+    monkeypatch.setattr(CheckpointSet, "model", held_back)
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: len(loads) == 1, timeout=WAIT)
+    now = sum(sizes) + max(sizes) if fits else max(sizes)
+    _choose(w, monkeypatch, f"{now}B")
+    assert budget(a) == now  # (B not open yet: A's alone)
+    go.set()
+    if fits:
+        settled(qtbot, w)
+        assert budget(a) + budget(jobs.b) == now
+    else:
+        qtbot.waitUntil(lambda: jobs.loading is None, timeout=WAIT)
+        w.worker.wait_idle()
+        assert jobs.b is None and budget(a) == now
+        assert "is too small for model A and model B together" in jobs.note

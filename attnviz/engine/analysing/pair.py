@@ -21,9 +21,7 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Trace
-from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
-from attnviz.engine.reading import memory_budget as MB
-from attnviz.engine.reading.byte_sizes import format_bytes
+from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.reading.token_text import quoted, tokens
 
 log = logging.getLogger(__name__)
@@ -144,131 +142,6 @@ def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
     check_same_length(labels[0], ids_a, labels[1], ids_b)
     return Pair(run_side(labels[0], model, ids_a, make_trace()),
                 run_side(labels[1], model, ids_b, make_trace()))
-
-
-def budget_left(a) -> int | None:
-    """What a chosen memory budget (--memory-budget, the window's setting) leaves for a second model
-    beside `a`: the budget less what it keeps for a (Model.budgeted_bytes: a's float32 layers held
-    now, at least its largest layer, and its unembedding's float32 copy, once kept). The packed
-    blocks, W_O Grams and embeddings of either model come on top of the budget, as with one model.
-    None: no budget was chosen, and the second model sizes its own from the memory available
-    (load_second)."""
-    return _room(a, MB.chosen_budget())[0]
-
-
-def _kept_for(a) -> tuple[int, str]:
-    """(what a chosen budget keeps for `a` beside a second model: its float32 layers held now, at
-    least its largest layer so it still runs, and its float32 unembedding copy; those in words),
-    from one read of what a holds: a copy kept meanwhile on another thread is in both or neither."""
-    layers, copy = a.budgeted_bytes()
-    largest = max(getattr(a.weights.layers, "sizes", ()), default=0)
-    held = (f"{a.name}'s float32 layers" if layers >= largest else f"one float32 layer of {a.name}")
-    return max(layers, largest) + copy, held + (" and float32 unembedding" if copy else "")
-
-
-def _room(a, chosen: int | None) -> tuple[int | None, str]:
-    """(what `chosen` leaves beside a, None for no budget; what of a it counted, in words)."""
-    kept, held = _kept_for(a)
-    return (None if chosen is None else chosen - kept), held
-
-
-def share_budget(a, b, chosen: int) -> None:
-    """A chosen budget over A and B open beside it, split as when B opened (load_second): B gets
-    what A keeps now leaves of it (budget_left), A the rest, so the two together hold `chosen`
-    at most. InputError naming the split and the least budget that holds it, where B would get
-    less than its largest layer; nothing changed then."""
-    kept, held = _kept_for(a)
-    least = max(max(getattr(b.weights.layers, "sizes", ()), default=0), 1)
-    if chosen - kept < least:  # (checked before B is touched: its own refusal names only its file)
-        raise InputError(f"a memory budget of {format_bytes(chosen)} is too small for model A and "
-                         f"model B together: A keeps {format_bytes(kept, 'up')} ({held}) and B needs "
-                         f"at least its largest layer ({format_bytes(least, 'up')}); the least that "
-                         f"works is {format_bytes(kept + least, 'up')}")
-    left = chosen - kept
-    b.set_memory_budget(left)
-    a.set_memory_budget(chosen - left)
-
-
-def own_budget(a, b, chosen: int | None) -> None:
-    """A given its budget back as Compare lets B go (the chosen one, whole); under the default
-    (None) A's was never lowered. Nothing where B is A, or a model the caller holds anyway."""
-    if chosen is not None and b is not None and b is not a:
-        a.set_memory_budget(chosen)
-
-
-def move_beside(old, new, b, chosen: int | None) -> None:
-    """Model B, loaded beside `old` (load_second), beside `new` instead (A moved to another
-    training step): old's budget whole again (own_budget) and old no longer beside B; new and B
-    each beside the other, and under a chosen budget new's lowered to what B's leaves of it (at
-    least one layer), so the two together hold `chosen` at most."""
-    own_budget(old, b, chosen)
-    old.close_beside(b)
-    b.close_beside(old)
-    if b is new:
-        return
-    new.open_beside(b)
-    b.open_beside(new)
-    budget = getattr(b.weights.layers, "budget", None)
-    sizes = getattr(new.weights.layers, "sizes", ())
-    if chosen is not None and budget is not None and sizes:
-        new.set_memory_budget(max(max(sizes), chosen - budget))
-
-
-@dataclass(frozen=True)
-class Second:
-    """Model B as load_beside loaded it, A not yet changed: `own` whether it was loaded for the
-    caller (not A itself nor a model in `shared`, which are as they were), `a_budget` A's budget
-    beside it under a chosen budget (the chosen one less B's; None: A's stays)."""
-    model: object
-    own: bool
-    a_budget: int | None = None
-
-    def accept(self, a) -> None:
-        """A's budget lowered to its share beside B, once B is kept (a B let go changes nothing)."""
-        if self.a_budget is not None:
-            a.set_memory_budget(self.a_budget)
-
-
-def load_second(load: Callable[[int | None], object], a, what: str, shared: tuple = ()):
-    """Model B beside model `a` (load_beside), a's budget lowered at once to its share (A and B
-    together hold the chosen budget at most; own_budget gives it back as B goes)."""
-    second = load_beside(load, a, what, shared)
-    second.accept(a)
-    return second.model
-
-
-def load_beside(load: Callable[[int | None], object], a, what: str, shared: tuple = ()) -> Second:
-    """Model B beside model `a`, as a Second: `load(budget)` gets what a chosen memory budget
-    leaves (budget_left), and a's own budget is to be lowered to the rest once B is kept
-    (Second.accept: on the caller's thread, after its checks); under the default, B's budget
-    (from the memory available as it loads) is then lowered by the W_O Grams A has not made yet,
-    and each model's default budget from then on leaves room for the other's (Model.open_beside).
-    A `load` that gives `a` itself, or a model in `shared` (one the caller holds anyway: the
-    window's folder model, the last checkpoint), gives it as it is: no budget changed, nothing
-    opened beside. Any refusal (the file does not open, the budget holds none of B's layers)
-    comes back as one line naming `what` B is and, under a chosen budget, the numbers."""
-    chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
-    left, held = _room(a, chosen)
-    if left is not None and left <= 0:
-        raise InputError(f"{what}: the memory budget of {format_bytes(chosen)} is all held by "
-                         f"{held}; give a larger --memory-budget for two models")
-    try:
-        b = load(left)
-        if b is a or any(b is m for m in shared):  # (nothing more loaded: each budget as it was)
-            return Second(b, False)
-        if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
-            b.set_memory_budget(left)
-        else:
-            b.leave_room(a.grams_to_make())
-        a.open_beside(b)
-        b.open_beside(a)
-        return Second(b, True, None if left is None else chosen - left)
-    except AttnvizError as exc:
-        # (the room rounds down, as B's own refusal writes the budget it got)
-        room = "" if left is None else (f" ({format_bytes(left, 'down')} of the {format_bytes(chosen)} "
-                                        f"memory budget left beside {held})")
-        kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
-        raise kind(f"{what}{room}: {exc}") from None
 
 
 def _keep_also(trace: Trace, want: dict) -> None:

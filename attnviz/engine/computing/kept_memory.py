@@ -9,24 +9,14 @@ names share (an unembedding tied to the token embedding) is counted once."""
 
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 
 from attnviz.engine.reading.byte_sizes import format_bytes
+from attnviz.engine.reading.pages import owner
 from attnviz.engine.reading.token_text import plural
 
 EMBEDDINGS = ("token embedding", "position embedding", "token type embedding")
 
-
-def owner(a) -> np.ndarray | None:
-    """The array whose memory array `a` uses (itself, or the array it views); None where that is a
-    memory-mapped file's."""
-    while isinstance(a, np.ndarray):  # (np.memmap's astype gives a memmap owning its memory: the bases tell)
-        if not isinstance(a.base, np.ndarray):
-            return None if isinstance(a.base, mmap.mmap) else a
-        a = a.base
-    return None
 
 
 def _tables(weights, head) -> list[tuple[str, str, list]]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnviz.engine.reading.pages import owner
 from attnviz.engine.computing.trace import KVCache, Trace
 
 
@@ -58,11 +59,9 @@ def kept_sizes(kept: KVCache | None) -> dict:
 
 
 def allocated_bytes(arrays) -> int:
-    """Bytes of the memory `arrays` lie in: each array that owns its memory, or that a view's base
-    owns, once (a K or V array is a view of one with room for later positions: append_positions,
-    or of one buffer of every layer's: onerow_stack)."""
-    owners = {}
-    for a in arrays:
-        owner = a if a.base is None or not isinstance(a.base, np.ndarray) else a.base
-        owners[id(owner)] = owner.nbytes
+    """Bytes of the memory `arrays` lie in: each array's owner (pages.owner: itself, or the array
+    it views) once (a K or V array is a view of one with room for later positions:
+    append_positions, or of one buffer of every layer's: onerow_stack); nothing for a file's
+    memory-mapped pages."""
+    owners = {id(o): o.nbytes for o in map(owner, arrays) if o is not None}
     return sum(owners.values())

@@ -41,7 +41,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading.pages import (
-    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
+    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, owner, populate_pages,
 )
 
 HUGE_PAGE = 2 << 20  # bytes: the arena starts on a boundary of Linux's transparent huge pages
@@ -145,6 +145,28 @@ def arena_array(shape: tuple, dtype) -> np.ndarray:
     return slot if slot is not None else np.empty(shape, dtype=dtype)
 
 
+def _matrices(layer) -> list[tuple[str, np.ndarray]]:
+    """(field, the array its memory lies in: pages.owner) of each float32 matrix of a layer held
+    in the process's memory (the arrays an _Arena packs), not in a file's mapped pages."""
+    out = []
+    for f in dataclasses.fields(layer):
+        a = getattr(layer, f.name)
+        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype == np.float32:
+            o = owner(a)
+            if o is not None:
+                out.append((f.name, o))
+    return out
+
+
+def _array_bytes(layer) -> int:
+    """Bytes of a layer's arrays (tuples of them too), not its packed matrices; 0 for None."""
+    n = 0
+    for f in dataclasses.fields(layer) if layer is not None else ():
+        value = getattr(layer, f.name)
+        n += sum(a.nbytes for a in (value if isinstance(value, tuple) else (value,)) if isinstance(a, np.ndarray))
+    return n
+
+
 def _layer_bytes(layer) -> int:
     """Bytes of a layer's arrays (tuples of them too) and of its packed matrices."""
     n = 0
@@ -212,6 +234,29 @@ class LayerStore(Sequence):
             for i in sorted(old):  # layers that leave the set may stay in the passing room
                 if i not in keep:
                     self._pass(i, old[i])
+        if set(old) - keep:
+            self._leave_arena(old)
+
+    def _leave_arena(self, old: dict) -> None:
+        """The layers held now that lie in one buffer with others of `old` (the load's _Arena)
+        copied out of it: a layer leaving the fixed set then gives its memory back once no run
+        holds it, not when every layer packed beside it has gone too."""
+        counts: dict[int, int] = {}  # id of an owning array -> layers of `old` in it
+        for layer in old.values():
+            for i in {id(o) for _, o in _matrices(layer)}:
+                counts[i] = counts.get(i, 0) + 1
+        with self._lock:
+            held = {**self._passing, **self._kept}
+        for i, layer in held.items():
+            moved = {name: a.copy(order="K") for name, o in _matrices(layer) if counts.get(id(o), 0) > 1
+                     for a in (getattr(layer, name),)}  # (order K: a transposed slot stays transposed)
+            if not moved:
+                continue
+            layer_now = dataclasses.replace(layer, **moved)
+            with self._lock:  # (unless the budget changed again meanwhile)
+                for where in (self._kept, self._passing):
+                    if where.get(i) is layer:
+                        where[i] = layer_now
 
     def _pass(self, i: int, layer) -> None:  # under _lock: hold layer i in the room, oldest out
         self._passing[i] = layer
@@ -332,6 +377,15 @@ class LayerStore(Sequence):
             views = [v for v in self._views.values() if v is not None]
         return sum(_layer_bytes(v) for v in views)
 
+    def copy_bytes(self) -> tuple[int, int]:
+        """(bytes the float32 copies held now add to their packed views, what every layer's copy
+        would add): a copy shares its view's float32 vectors and matrices without a kernel
+        (gguf_model._expanded), which view_bytes counts."""
+        with self._lock:
+            views, held = dict(self._views), (*self._kept, *self._passing)
+        own = [size - _array_bytes(views.get(i)) for i, size in enumerate(self.sizes)]
+        return sum(own[i] for i in held), sum(own)
+
     def output(self, i: int):
         """Layer i's w_o [n_head d_head, d_model], b_o and post_attn_norm (or None): the held
         layer's, else read alone from the file when the loader can (a tenth of a layer; not kept),
@@ -401,9 +455,10 @@ class LayerStore(Sequence):
         if any(v is not None for v in self._views.values()):
             where = ("no memory limit known" if self.budget is None
                      else f"within the {format_bytes(self.budget)} memory budget")
+            copies, all_copies = self.copy_bytes()
             return (f"{plural(n, 'layer')} held in their file's blocks ({format_bytes(self.view_bytes())}); "
                     f"{len(self._kept) + len(self._passing)} expanded to float32 for long runs "
-                    f"({format_bytes(self.held_bytes())} of {format_bytes(total)}, {where})")
+                    f"({format_bytes(copies)} of {format_bytes(all_copies)}, {where})")
         if self.budget is None:
             return f"all {plural(n, 'layer')} expanded ({format_bytes(total)} float32; no memory limit known)"
         if self.kept == n:

@@ -1,12 +1,13 @@
 """Pages of memory: faulting a buffer's pages in ahead of its first writes, giving pages back
 (Linux madvise(2); elsewhere each call says it could not), whether large arrays ask for huge
 pages (small_pages_where_host_reclaims: a one-shot command on a virtual machine whose host takes
-back the memory its guest frees), and a one-shot process's freed arrays kept for its next ones
-(reuse_freed_memory)."""
+back the memory its guest frees), a one-shot process's freed arrays kept for its next ones
+(reuse_freed_memory), and which array owns the memory an array lies in (owner)."""
 
 from __future__ import annotations
 
 import glob
+import mmap
 import os
 import sys
 
@@ -17,6 +18,17 @@ MADV_NOHUGEPAGE = 15  # Linux: no transparent huge pages in a range
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range's pages in, writable, without writing
 POPULATE_BYTES = 16 << 20  # faulted in a call (eight huge pages)
 PAGE = 4096
+
+
+def owner(a) -> np.ndarray | None:
+    """The array whose memory array `a` lies in: itself, or the array it views, through every
+    level of bases; None where that memory is a memory-mapped file's (its pages, which the system
+    reads in and lets go, are no array's)."""
+    while isinstance(a, np.ndarray):  # (np.memmap's astype gives a memmap owning its memory: the bases tell)
+        if not isinstance(a.base, np.ndarray):
+            return None if isinstance(a.base, mmap.mmap) else a
+        a = a.base
+    return None
 
 
 def populate_pages(a: np.ndarray) -> bool:

@@ -9,7 +9,7 @@ import weakref
 
 
 def load_b(a, source, relay, checkpoints=None):
-    """(B as pair.load_beside gave it, its identity) beside A, A not changed (Second.accept lowers
+    """(B as pair_memory.load_beside gave it, its identity) beside A, A not changed (Second.accept lowers
     its budget once the window keeps B, so a B refused or let go leaves A as it was);
     InputError / ModelLoadError in one line. B's memory is
     handed back once B is freed (closed, replaced, refused, or its load let go), through `relay`:
@@ -19,11 +19,8 @@ def load_b(a, source, relay, checkpoints=None):
     lists no checkpoints: its set is the one it came from)."""
     from attnviz.engine import load_model
     from attnviz.engine.analysing import compare as C
-    from attnviz.engine.analysing.pair import (
-        check_same_shape,
-        check_same_vocab,
-        load_beside,
-    )
+    from attnviz.engine.analysing.pair import check_same_shape, check_same_vocab
+    from attnviz.engine.analysing.pair_memory import load_beside
     from attnviz.engine.computing.checkpoints import checkpoint_record, checkpoint_words, model_at
 
     what = source.describe(a.name)
@@ -68,8 +65,8 @@ def load_b(a, source, relay, checkpoints=None):
 
 def give_back(a, b) -> None:
     """A's budget, lowered beside a B Compare loaded for itself, the chosen one whole again as
-    Compare lets B go (pair.own_budget)."""
-    from attnviz.engine.analysing.pair import own_budget
+    Compare lets B go (pair_memory.own_budget)."""
+    from attnviz.engine.analysing.pair_memory import own_budget
     from attnviz.engine.reading.memory_budget import chosen_budget
 
     own_budget(a, b, chosen_budget())

@@ -2,35 +2,33 @@
 ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
-WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
-with B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's
-order, the way A's ran and keeping what A's kept, a run of A whose comparison a newer key stopped
-among them; as B opens, A's run on screen is B's first to follow where A's cache holds it whole,
-every row computed in one chunk and nothing since, or any run of an encoder that kept the
-residual stream (its model's first, Handoff.kept_run, or a WindowRun) (pair.whole_in_cache: A's
-run is compared as it is); otherwise both caches are cleared and A's text run again, so A's rows and B's first run are
-one chunk alike; and where B is more than pair.MAX_BEHIND runs behind, after a text B
-refused, or where a run of B reused another number of rows than A's, the comparison clears both
-caches and runs the text afresh on each side, and compares those runs): a model compared with
-itself differs by exactly 0, once the one-row steps' warm-up ends, where the memory budget holds
-both models' layers alike (docs/compare.md). The job then compares the two
-traces: both runs per keystroke, newest wins (a keystroke makes the running job stale and it
-stops at B's next layer). The 'compare' job is queued
-on the pool right behind A's run as the worker submits it (follow): A's job hands its run over on
-the pool's thread and B starts as A ends, while A's result goes to the window; no turn of the main
-thread lies between the two runs. The next-token numbers (KL
-over the whole vocabulary, same top-1, flips) follow each comparison as a job of their own
-('compare-next'), for the new positions only: a position whose final-norm inputs on both sides are
-bit for bit those of the last numbers keeps its numbers (compare_tokens.next_tokens). The next
-keystroke stops the job at the unembedding's next block, so a keystroke's runs wait for one block
-at most.
-The induction heads are
+WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids with
+B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's order, the
+way A's ran and keeping what A's kept, a run of A whose comparison a newer key stopped among them;
+as B opens, A's run on screen is B's first to follow where A's cache holds it whole, every row
+computed in one chunk and nothing since, or any run of an encoder that kept the residual stream
+(its model's first, Handoff.kept_run, or a WindowRun) (pair.whole_in_cache: A's run is compared as
+it is); otherwise both caches are cleared and A's text run again, so A's rows and B's first run are
+one chunk alike; and where B is more than pair.MAX_BEHIND runs behind, after a text B refused, or
+where a run of B reused another number of rows than A's, the comparison clears both caches and runs
+the text afresh on each side, and compares those runs): a model compared with itself differs by
+exactly 0, once the one-row steps' warm-up ends, where the memory budget holds both models' layers
+alike (docs/compare.md). The job then compares the two traces: both runs per keystroke, newest wins
+(a keystroke makes the running job stale and it stops at B's next layer). The 'compare' job is
+queued on the pool right behind A's run as the worker submits it (follow): A's job hands its run
+over on the pool's thread and B starts as A ends, while A's result goes to the window; no turn of
+the main thread lies between the two runs. The next-token numbers (KL over the whole vocabulary,
+same top-1, flips) follow each comparison as a job of their own ('compare-next'), for the new
+positions only: a position whose final-norm inputs on both sides are bit for bit those of the last
+numbers keeps its numbers (compare_tokens.next_tokens). The next keystroke stops the job at the
+unembedding's next block, so a keystroke's runs wait for one block at most. The induction heads are
 compared once per B, on the probe ('compare-probe'), which does not depend on the text: a
-keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
-('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
-memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
-model A, frees B and hands the memory it held back to the system (compare_b.release_when_freed).
-A moved to another training step keeps B and compares the new A with it afresh (a_changed)."""
+keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on
+a thread of its own ('compare-load'); a B that does not open, has another vocabulary or shape, or
+does not fit in the memory budget beside A is refused in one line and nothing else changes. Closing
+Compare, or a new model A, frees B and hands the memory it held back to the system
+(compare_b.release_when_freed). A moved to another training step keeps B and compares the new A
+with it afresh (a_changed)."""
 
 from __future__ import annotations
 
@@ -46,7 +44,7 @@ from attnviz.ui.machinery.compare_b import give_back, load_b
 from attnviz.ui.machinery.job import shared_relay
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
-from attnviz.engine.errors import Cancelled
+from attnviz.engine.errors import AttnvizError, Cancelled
 
 log = logging.getLogger(__name__)
 
@@ -207,18 +205,23 @@ class CompareJobs(QObject):
         if source is not self.loading:  # (closed, or another B asked for since: A never lowered)
             return
         self.loading = None
-        if error is not None:  # the app stays as it was, B included
+        if error is None:
+            second, self.identity = value
+            if self._beside is not None:  # (the B open before let go: A's budget whole, then this B's split)
+                give_back(self._beside, self.b)
+            self.b, self._beside = second.model, (a if second.own else None)
+            try:
+                if a is self.state.model:  # (A's budget lowered beside B only now that B is kept)
+                    second.accept(a)
+                else:  # A moved to another training step as B loaded: B, kept, beside it
+                    a = self._follow_new_a(a, second)
+            except AttnvizError as exc:  # (a budget chosen as B loaded, too small for both: none kept)
+                self.close()
+                error = exc
+        if error is not None:  # the app stays as it was, B included (but where closed just above)
             self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
             self.sigChanged.emit()
             return
-        second, self.identity = value
-        if self._beside is not None:  # (the B open before let go: A's budget whole, then this B's split)
-            give_back(self._beside, self.b)
-        self.b, self._beside = second.model, (a if second.own else None)
-        if a is self.state.model:  # (A's budget lowered beside B only now that B is kept)
-            second.accept(a)
-        else:  # A moved to another training step as B loaded: B, kept, beside it
-            a = self._follow_new_a(a)
         self.source, self.note = source, ""
         shown, self._handoff = self._shown_run(a), None
         self.comparison = self.induction = self._known = self.failed = None
@@ -285,17 +288,19 @@ class CompareJobs(QObject):
         self.sigChanged.emit()
         self._request_probe()
 
-    def _follow_new_a(self, old):
-        """B beside the state's model (another training step of `old`), not `old`: where Compare
-        loaded B for itself, the memory budget split with the new A, `old`'s whole again
-        (pair.move_beside). -> the new A."""
-        from attnviz.engine.analysing.pair import move_beside
+    def _follow_new_a(self, old, second=None):
+        """B beside the state's model (another step of `old`), not `old`: where Compare loaded B for
+        itself, the budget split with the new A, `old`'s whole again (pair_memory.move_beside), or
+        one chosen since B (`second`) began to load split (Second.reshare). -> the new A."""
+        from attnviz.engine.analysing.pair_memory import move_beside
         from attnviz.engine.reading.memory_budget import chosen_budget
 
         a = self.state.model
         if self._beside is not None:
             move_beside(old, a, self.b, chosen_budget())
             self._beside = a if self.b is not a else None
+            if second is not None:
+                second.reshare(a)
         return a
 
     @property
@@ -304,14 +309,14 @@ class CompareJobs(QObject):
         return self._beside is not None
 
     def share_budget(self, n_bytes: int | None) -> bool:
-        """Models > Memory budget `n_bytes` (a size) while Compare holds a B loaded for itself:
-        split between A and B (pair.share_budget; InputError where B gets less than a layer).
-        -> False where there is no such B, or the budget is auto (A's alone then)."""
-        from attnviz.engine.analysing.pair import share_budget
+        """Models > Memory budget `n_bytes` (a size, None: auto) while Compare holds a B loaded
+        for itself: split between A and B (pair_memory.share_budget, InputError where B gets less
+        than a layer; share_auto). -> False where there is no such B."""
+        from attnviz.engine.analysing.pair_memory import share
 
-        if self._beside is None or n_bytes is None or self.b is None:
+        if self._beside is None or self.b is None:
             return False
-        share_budget(self._beside, self.b, n_bytes)
+        share(self._beside, self.b, n_bytes)
         return True
 
     def set_mode(self, mode: str) -> None:
