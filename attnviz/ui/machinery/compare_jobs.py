@@ -15,10 +15,8 @@ the text afresh on each side, and compares those runs): a model compared with it
 exactly 0, once the one-row steps' warm-up ends, where the memory budget holds both models' layers
 alike (docs/compare.md). The job then compares the two traces: both runs per keystroke, newest wins
 (a keystroke makes the running job stale and it stops at B's next layer). The 'compare' job is
-queued on the pool right behind A's run as the worker submits it (follow): A's job hands its run
-over on the pool's thread and B starts as A ends, while A's result goes to the window; no turn of
-the main thread lies between the two runs. The next-token numbers (KL over the whole vocabulary,
-same top-1, flips) follow each comparison as a job of their own ('compare-next'), for the new
+queued on the pool right behind A's run (follow): B starts as A ends, on the pool's thread. The
+next-token numbers (KL over the whole vocabulary, same top-1, flips) follow each comparison as a job of their own ('compare-next'), for the new
 positions only: a position whose final-norm inputs on both sides are bit for bit those of the last
 numbers keeps its numbers (compare_tokens.next_tokens). The next keystroke stops the job at the
 unembedding's next block, so a keystroke's runs wait for one block at most. The induction heads are
