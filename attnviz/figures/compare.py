@@ -18,7 +18,7 @@ from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import bar_about
 from attnviz.figures.render import encode_png, figure_font, figure_image
-from attnviz.figures.style import BACKGROUND, ERROR, FOCUS, colormap_colors
+from attnviz.figures.style import ERROR, FOCUS, colormap_colors, no_value_colour, no_value_word
 
 MAP_WIDTH = 640
 
@@ -96,17 +96,21 @@ def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white
     return np.asarray(DIVERGING)[i].astype(np.uint8)
 
 
-BLANK = np.array(QColor(BACKGROUND).getRgb()[:3], np.uint8)  # a hidden key, an undefined row: the grid's gap
-BLANK_NOTE = "Dark grey: no value (the first key, hidden, or a row with no weight left once it is hidden)"
+def blank_note(colormap: str) -> str:
+    """The line under the tiles under Hide first token: what the no-value colour is."""
+    return (f"{no_value_word(colormap).capitalize()}: no value (the first key, hidden, or a row with "
+            "no weight left once it is hidden)")
 
 
-def blanked(rgb: np.ndarray, rows=None, first_key: bool = False) -> np.ndarray:  # [n, n, 3] -> same
-    """`rgb` with the undefined rows (`rows`, [n] bool) and a hidden first key's column in BLANK,
-    as the grid leaves them under Hide first token: no colour of the map, whose white is A = B."""
+def blanked(rgb: np.ndarray, rows, first_key: bool, colormap: str) -> np.ndarray:  # [n, n, 3] -> same
+    """`rgb` with the undefined rows (`rows`, [n] bool) and a hidden first key's column in the
+    no-value colour (style.no_value_colour: no colour of the map, whose white is A = B, nor of
+    `colormap`), as the grid paints them under Hide first token."""
+    nv = no_value_colour(colormap)
     if first_key:
-        rgb[:, :1] = BLANK
+        rgb[:, :1] = nv
     if rows is not None:
-        rgb[np.asarray(rows, dtype=bool)] = BLANK
+        rgb[np.asarray(rows, dtype=bool)] = nv
     return rgb
 
 
@@ -159,24 +163,24 @@ def _fit(rgb: np.ndarray, side: int) -> np.ndarray:  # [n, n, 3] -> [side, side,
 
 def weight_tile(m, undefined, first_key: bool, colormap: str, side: int) -> np.ndarray:
     """One head's weights [T, T] (a hidden first key 0) as a `side` x `side` picture: each pixel the
-    largest weight of the rows and keys it covers (patterns.max_pool), blank where every row it
+    largest weight of the rows and keys it covers (patterns.max_pool), no value where every row it
     covers is undefined (`undefined` [T] bool or None; patterns.pooled_undefined) and, a pixel a
     token, in the hidden first key's column."""
     p = tile_pool(len(m), side)
     rgb = weight_rgb(max_pool(np.asarray(m), p), colormap)
     return _fit(blanked(rgb, None if undefined is None else pooled_undefined(undefined, p),
-                        first_key and p == 1), side)
+                        first_key and p == 1, colormap), side)
 
 
-def signed_tile(d, undefined, first_key: bool, lim: float, side: int) -> np.ndarray:
+def signed_tile(d, undefined, first_key: bool, lim: float, side: int, colormap: str) -> np.ndarray:
     """One head's A − B [T, T] (0 in a hidden key and an undefined row) as a `side` x `side` picture:
-    each pixel the difference of largest size of the cells it covers (patterns.signed_pool), blank
-    as weight_tile leaves it."""
+    each pixel the difference of largest size of the cells it covers (patterns.signed_pool), no value
+    where weight_tile has none (in `colormap`'s no-value colour, as the grid's A − B)."""
     d = np.asarray(d)
     p = tile_pool(len(d), side)
     rgb = signed_rgb(signed_pool(d, p) if p > 1 else d, lim)
     return _fit(blanked(rgb, None if undefined is None else pooled_undefined(undefined, p),
-                        first_key and p == 1), side)
+                        first_key and p == 1, colormap), side)
 
 
 def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0,

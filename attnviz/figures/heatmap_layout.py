@@ -18,7 +18,7 @@ from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures import numbers
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import MUTED, TEXT, figure_font
-from attnviz.figures.style import axis_label
+from attnviz.figures.style import axis_label, no_value_word
 from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -97,8 +97,9 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
     notes = [tokens(len(view.tokens)), f"colormap {view.colormap}", scale]
     if view.hide_first:
         notes.append(f"first token {quoted(view.labels[0])} hidden, rows renormalised"
-                     + ("; a row with no other key left blank (in a panel drawn smaller than its "
-                        "cells, pooled with the rows beside it)" if view.blank().any() else ""))
+                     + (f"; a row with no other key has no value, {no_value_word(view.colormap)} (in a "
+                        "panel drawn smaller than its cells, pooled with the rows beside it)"
+                        if view.blank().any() else ""))
     if view.scope == "head" and view.grouped:
         g = view.kv_group[view.head]
         shared = [h for h, k in enumerate(view.kv_group) if k == g]

@@ -22,18 +22,19 @@ from attnviz.figures.heatmap_layout import (
 from attnviz.figures.render import (
     FRAME, MUTED, TEXT, encode_png, figure_image, render_svg, render_with,
 )
-from attnviz.figures.style import axis_label, bar_label, group_color, heat_index, heat_table
+from attnviz.figures.style import (
+    axis_label, bar_label, group_color, heat_index, heat_table, no_value_colour,
+)
 
-BLANK = (255, 255, 255)  # a cell with no number (the figure's background)
 SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
 
 
 def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
     """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the table (style.heat_table, the
     window's; the levels start at 0: figures/view.Shown.levels); a row left with no weight by the
-    hidden first key blank (ExportView.blank), as its numbers are undefined."""
+    hidden first key in the no-value colour (ExportView.blank), as its numbers are undefined."""
     rgb = lut[heat_index(view.patterns[i, j], float(view.levels[i, j, 1]))]
-    rgb[view.blank()[i, j]] = BLANK
+    rgb[view.blank()[i, j]] = no_value_colour(view.colormap)
     return rgb
 
 
@@ -77,7 +78,7 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
             f = math.ceil(1 / box.cell)
             pooled = max_pool(view.patterns[i, j], f)
             rgb = lut[heat_index(pooled, float(view.levels[i, j, 1]))]
-            rgb[pooled_undefined(view.blank()[i, j], f)] = BLANK  # (blank where each row is)
+            rgb[pooled_undefined(view.blank()[i, j], f)] = no_value_colour(view.colormap)  # (where each row is)
             painter.save()
             painter.setClipRect(rect)
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)

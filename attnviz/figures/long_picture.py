@@ -5,8 +5,8 @@ the same table at the same levels as the window paints it (overview.shown_index:
 view's scale mode, the large head at its own top), and says which scales those are under the
 picture, with their tops, and in its title the display options applied (first key hidden,
 value-weighted), as the view's line says them. Each cell is a square of whole pixels, so a cell's
-colour is the screen's (a hidden first key's and an undefined row's dark green,
-HIDDEN_KEY, as on screen, which the legend names under Hide first token)."""
+colour is the screen's (a hidden first key's and an undefined row's in the no-value colour,
+style.no_value_colour, as on screen, which the legend names under Hide first token)."""
 
 from __future__ import annotations
 
@@ -23,23 +23,25 @@ from attnviz.figures.data import write_atomic
 from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops
 from attnviz.figures.render import TEXT, encode_png, figure_font, render_with
-from attnviz.figures.style import FOCUS, heat_table
+from attnviz.figures.style import FOCUS, heat_table, no_value_colour, no_value_word
 
 TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per cell, at least one)
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
 REDUCE_WORDS = {"max": "block max", "mean": "block mean"}
 OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the view says them
-# a hidden first key's cells and undefined rows, on screen and in the picture: a colour no colormap
-# offered (data.COLORMAPS) paints a weight in (black is magma's, inferno's and CET-L3's 0, a grey CET-L1's)
-HIDDEN_KEY = (30, 75, 0, 255)
-HIDDEN_WORDS = "dark green: the hidden first key, or a row with no weight left"  # the legend's words
+
+
+def hidden_words(name: str) -> str:
+    """The legend's words for the no-value colour under colormap `name`."""
+    return f"{no_value_word(name)}: no value (the hidden first key, or a row with no weight left)"
 
 
 def colour_table(name: str) -> list[int]:
-    """The colormap's table (style.heat_table, the gap HIDDEN_KEY) as a QImage colour table: the long
-    view paints its panes through it, and its picture too."""
+    """The colormap's table (style.heat_table, the gap its no-value colour: a hidden first key's
+    cells and undefined rows) as a QImage colour table: the long view paints its panes through it,
+    and its picture too."""
     return [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
-            for r, g, b, _a in heat_table(name, gap=HIDDEN_KEY)]
+            for r, g, b, _a in heat_table(name, gap=(*no_value_colour(name), 255))]
 
 
 def options_text(options) -> str:
@@ -87,7 +89,7 @@ class LongPicture:
 
     def scales(self) -> list[str]:
         """The legend: each colour scale in words, with its top, and under Hide first token what
-        HIDDEN_KEY's colour means."""
+        the no-value colour means."""
         def span(top: float) -> str:
             return scale_span(top, self.log)
         t = tops(self.tiles.values, self.scale_mode)
@@ -98,7 +100,7 @@ class LongPicture:
             tiles = (f"tiles: per-head scale{', log' if self.log else ''}, each from {low} to its own "
                      f"largest cell ({plain_number(t.min())} .. {plain_number(t.max())})")
         big = f"{head_title(self.layer, self.head)} (large): its own scale, {span(float(tops(self.pane.values, 'per-head')[0]))}"
-        return [tiles, big] + ([HIDDEN_WORDS] if self.pane.options[0] else [])
+        return [tiles, big] + ([hidden_words(self.colormap)] if self.pane.options[0] else [])
 
 
 @dataclass(frozen=True)

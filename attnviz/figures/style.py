@@ -137,7 +137,8 @@ def _map_stops(name: str) -> tuple[np.ndarray, np.ndarray]:  # -> pos [k], colou
 
 def heat_table(name: str, gap=(255, 255, 255, 0)) -> np.ndarray:  # -> [256, 4] uint8 RGBA
     """The table every heatmap is coloured through, window and exports alike: entry 0 is the gap
-    (transparent in the window, where a hidden column shows the background), 1..255 the colormap."""
+    (transparent in the window, where a cell with no value shows the no-value colour under it:
+    no_value_colour), 1..255 the colormap."""
     lut = np.empty((N_COLORS + 1, 4), np.uint8)
     lut[0] = gap
     lut[1:, :3] = colormap_colors(name, N_COLORS)
@@ -194,3 +195,43 @@ def signed_positions(values: np.ndarray, lim, out: np.ndarray | None = None) -> 
 def heat_index(values: np.ndarray, top) -> np.ndarray:  # [...] -> [...] uint8 in 1..255
     """The table index of each weight on a 0..top scale (see heat_positions)."""
     return heat_positions(values, top).astype(np.uint8)
+
+
+# --- no value ---------------------------------------------------------------------------------------
+# A cell with no number (a hidden first key, a row with no weight left under Hide first token, a
+# pooled cell of such rows alone) has one colour in every view and export: the first of these that is
+# at least NO_VALUE_DISTANCE from every colour of the colormap and of the diverging map (A - B takes
+# the colormap's place in the same views), so it never reads as a weight, 0 or the top.
+NO_VALUE_CHOICES = (("magenta", (255, 0, 255)), ("green", (0, 255, 0)), ("blue", (0, 0, 255)))
+NO_VALUE_DISTANCE = 50.0  # CIELAB ΔE (CIE76); 2.3 is about the smallest difference an eye sees
+
+
+def lab(rgb) -> np.ndarray:  # [..., 3] sRGB 0..255 -> [..., 3] CIELAB (D65)
+    c = np.asarray(rgb, np.float64) / 255.0
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    xyz = c @ np.array([[0.4124564, 0.3575761, 0.1804375], [0.2126729, 0.7151522, 0.0721750],
+                        [0.0193339, 0.1191920, 0.9503041]]).T / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.stack([116 * f[..., 1] - 16, 500 * (f[..., 0] - f[..., 1]), 200 * (f[..., 1] - f[..., 2])], -1)
+
+
+def colour_distance(rgb, colours) -> float:
+    """The least CIELAB distance from one colour to any of `colours` [n, 3]."""
+    return float(np.linalg.norm(lab(colours) - lab(rgb), axis=-1).min())
+
+
+@lru_cache(maxsize=32)
+def _no_value(name: str) -> tuple[str, tuple[int, int, int]]:
+    colours = np.concatenate([colormap_colors(name, 1024), diverging_colors(1024)])
+    far = [c for c in NO_VALUE_CHOICES if colour_distance(c[1], colours) >= NO_VALUE_DISTANCE]
+    return far[0] if far else max(NO_VALUE_CHOICES, key=lambda c: colour_distance(c[1], colours))
+
+
+def no_value_colour(name: str) -> tuple[int, int, int]:
+    """The (r, g, b) of a cell with no value under colormap `name`, in every view and export."""
+    return _no_value(name)[1]
+
+
+def no_value_word(name: str) -> str:
+    """That colour in a word, as a legend says it ("magenta")."""
+    return _no_value(name)[0]

@@ -10,8 +10,8 @@ from attnviz.figures import heatmaps
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import make_view
 
-NOTE = ("first token {} hidden, rows renormalised; a row with no other key left blank (in a panel "
-        "drawn smaller than its cells, pooled with the rows beside it)")
+NOTE = ("first token {} hidden, rows renormalised; a row with no other key has no value, magenta (in "
+        "a panel drawn smaller than its cells, pooled with the rows beside it)")
 
 
 def painted_header(view, width: int, monkeypatch) -> list[tuple[str, float, float]]:

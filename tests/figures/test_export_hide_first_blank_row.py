@@ -1,7 +1,8 @@
 """With the first key hidden, a decoder's first query has no other key: its renormalised row is
 0/0, undefined. Every export says so alike: NaN in .npy, empty cells in CSV, null in JSON, and the
-figure leaves the row blank (with a note) where the other rows are coloured; the numbers were
-written as zeros, which read as a row that attends nowhere."""
+figure paints the row in the colormap's no-value colour (with a note) where the other rows are
+coloured; the numbers were written as zeros, which read as a row that attends nowhere. (The figure
+painted it white, the greyscale CET-L1's top.)"""
 
 import csv
 import math
@@ -13,6 +14,7 @@ from PySide6.QtGui import QColor
 
 from attnviz.figures import heatmaps
 from attnviz.figures.data import csv_text, json_text, make_view, npy_bytes
+from attnviz.figures.style import no_value_colour
 
 TEXT = "abcabcab"
 
@@ -33,18 +35,21 @@ def test_the_first_row_of_a_decoder_is_undefined_in_every_export(qapp, toy):
     long_rows = list(csv.reader(io.StringIO(csv_text(layer))))[1:]
     assert {r[-1] for r in long_rows if r[2] == "0"} == {""}
     assert "" not in {r[-1] for r in long_rows if r[2] != "0"}
-    # the figure: the first row blank (the background), the second row's first cell coloured
-    image, lay = heatmaps.render_image(view, 600)
-    (box,) = lay.panels
-    at = lambda q, k: QColor(image.pixel(int(box.x + (k + 0.5) * box.cell), int(box.y + (q + 0.5) * box.cell)))  # noqa: E731
-    assert all(at(0, k).name() == "#ffffff" for k in range(T - 1))
-    assert at(1, 0).name() != "#ffffff"
-    assert any("a row with no other key left blank" in text for text, _f, _c in lay.header_lines)
+    # the figure: the first row no value, the second row's first cell coloured
+    for name in ("viridis", "CET-L1", "plasma"):
+        view = make_view(run, model="toy", scope="head", layer=0, head=0, hide_first=True, colormap=name)
+        image, lay = heatmaps.render_image(view, 600)
+        (box,) = lay.panels
+        at = lambda q, k: QColor(image.pixel(int(box.x + (k + 0.5) * box.cell), int(box.y + (q + 0.5) * box.cell))).getRgb()[:3]  # noqa: E731
+        nv = no_value_colour(name)
+        assert [at(0, k) for k in range(T - 1)] == [nv] * (T - 1)
+        assert at(1, 0) != nv
+        assert any("a row with no other key has no value" in text for text, _f, _c in lay.header_lines)
 
 
 def test_a_figure_smaller_than_its_rows_blanks_a_pixel_only_where_each_row_is_undefined(qapp):
     """Drawn smaller than its cells, a figure pools rows (their block max): a pixel whose rows are
-    all undefined is blank, one with a defined row shows those rows (an undefined row's zeros were
+    all undefined has no value, one with a defined row shows those rows (an undefined row's zeros were
     pooled into the colour of 0)."""
     from attnviz.figures.export_view import ExportView
 
@@ -55,15 +60,16 @@ def test_a_figure_smaller_than_its_rows_blanks_a_pixel_only_where_each_row_is_un
     labels = [f"t{i}" for i in range(T)]
     view = ExportView(model="m", text="", tokens=labels, labels=labels, ids=list(range(T)), scope="head",
                       layer=0, head=0, layers=[0], heads=[0], patterns=att[None, None], key_pos=list(range(1, T)),
-                      kv_group=[0], colormap="viridis", scale_mode="shared", hide_first=True,
+                      kv_group=[0], colormap="CET-L1", scale_mode="shared", hide_first=True,
                       levels=np.array([[[0.0, float(att.max())]]], np.float32))
     image, lay = heatmaps.render_image(view, 400)
     (box,) = lay.panels
     f = math.ceil(1 / box.cell)
     assert f >= 2 and n_blank % f
     # the pixel at the middle of the block of f x f cells from (q, k)
-    at = lambda q, k: QColor(image.pixel(int(box.x + (k + f / 2) * box.cell), int(box.y + (q + f / 2) * box.cell)))  # noqa: E731
+    at = lambda q, k: QColor(image.pixel(int(box.x + (k + f / 2) * box.cell), int(box.y + (q + f / 2) * box.cell))).getRgb()[:3]  # noqa: E731
     whole = n_blank // f * f  # rows in blocks of undefined rows alone
+    nv = no_value_colour("CET-L1")
     # (the first and last blocks of each side under the frame)
-    assert {at(q, k).name() for q in range(f, whole, f) for k in range(f, T - 1 - 3 * f, f)} == {"#ffffff"}
-    assert at(whole, f).name() != "#ffffff"  # (its block's last row is defined)
+    assert {at(q, k) for q in range(f, whole, f) for k in range(f, T - 1 - 3 * f, f)} == {nv}
+    assert at(whole, f) != nv  # (its block's last row is defined)

@@ -68,7 +68,7 @@ def test_the_jsd_map_and_summary_say_they_are_over_every_key(compared, qtbot, mo
     assert part == shown
 
 
-BLANK_NOTE = "Dark grey: no value (the first key, hidden, or a row with no weight left once it is hidden)"
+BLANK_NOTE = "Magenta: no value (the first key, hidden, or a row with no weight left once it is hidden)"
 
 
 def test_the_panel_says_what_its_dark_cells_are(compared, qtbot, tmp_path):

@@ -1,22 +1,23 @@
 """The Compare panel under Hide first token shows A, B and A − B as the grid does: each side
 renormalised without the first key, the hidden key's column and a row with no weight left (a
-decoder's first query) blank, the grid's background, not a colour of the map (in A − B, white reads
-"A equals B"); its hover and its exported picture say the same, as its sidecar records."""
+decoder's first query) in the no-value colour, as the grid paints them, not a colour of the map (in
+A − B, white reads "A equals B"; under CET-L1 the grid's dark background read as a weight of 0);
+its hover and its exported picture say the same, as its sidecar records."""
 
 import json
 
 import pytest
 from PySide6.QtCore import QPointF
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtGui import QImage
 
 from attnviz.figures import compare as F
 from attnviz.figures.numbers import signed
-from attnviz.figures.style import BACKGROUND
+from attnviz.figures.style import no_value_colour
 from windows import WAIT, compare_tiles_image, drain_events, hover, tip_shown, toy_compared_with_itself
 
 TEXT = "the cat sat on the mat and the cat"
 HEAD = 1
-BLANK = QColor(BACKGROUND).getRgb()[:3]
+BLANK = no_value_colour("CET-L1")
 
 
 @pytest.fixture
@@ -43,6 +44,7 @@ def test_the_panel_hides_the_first_token_as_the_grid_does(itself, qtbot, tmp_pat
     w = itself
     st, panel, c = w.state, w.compare_panel, w.worker.compare_jobs.comparison
     st.set_layer(0)
+    st.set_colormap("CET-L1")
     st.set_hide_first(True)
     qtbot.waitUntil(lambda: st.shown().hide_first, timeout=WAIT)
     shown, T = st.shown(), len(c.result.tokens)

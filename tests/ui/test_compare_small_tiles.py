@@ -9,15 +9,14 @@ import math
 
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QColor
 
 from attnviz.figures import compare as F
-from attnviz.figures.style import BACKGROUND
+from attnviz.figures.style import no_value_colour
 from attnviz.ui.views import grid_compare as GC
 from windows import WAIT, compare_tiles_image, hover, tip_shown, toy_compared_with_checkpoint
 
 TEXT = "def add(a, b):\n    return a + b\n\n" * 12  # 128 tokens
-BLANK = tuple(QColor(BACKGROUND).getRgb()[:3])
+BLANK = no_value_colour("viridis")  # (the window's colormap)
 LAYER = 0
 
 

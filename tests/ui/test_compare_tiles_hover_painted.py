@@ -6,16 +6,15 @@ painted as the paper, named a cell.)"""
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
 
 from attnviz.figures import compare as F
-from attnviz.figures.style import BACKGROUND
+from attnviz.figures.style import no_value_colour
 from attnviz.ui.views import grid_compare as GC
 from windows import compare_tiles_image, toy_compared_with_checkpoint
 
 LONG = "def add(a, b):\n    return a + b\n\n" * 12  # 128 tokens: more than a tile's pixels
 SHORT = "def add(a, b):\n    return a + b\n"
-BLANK = tuple(QColor(BACKGROUND).getRgb()[:3])
+BLANK = no_value_colour("viridis")  # (the window's colormap)
 LAYER = 0
 
 

@@ -1,13 +1,12 @@
 """Compare's A − B in the grid under Hide first token: a row with no weight left once the first key
-is hidden (a decoder's first query) has no difference. It is blank, the background the grid leaves
-an undefined row, not the white of A = B, and its hover says it is undefined; the rows either side
+is hidden (a decoder's first query) has no difference. It is in the no-value colour the grid paints
+an undefined row in, not the white of A = B, and its hover says it is undefined; the rows either side
 has weight in read their difference (white would read as "A equals B")."""
 
 import pytest
-from PySide6.QtGui import QColor
 
 from attnviz.figures.numbers import signed
-from attnviz.figures.style import BACKGROUND
+from attnviz.figures.style import no_value_colour
 from windows import WAIT, drain_events, grid_pixel, hover_grid, tip_shown, toy_compared_with_itself
 
 TEXT = "the cat sat on the mat and the cat"
@@ -30,8 +29,7 @@ def test_an_undefined_row_of_a_minus_b_is_blank_not_white(itself, qtbot):
     T = len(c.result.tokens)
     assert lo.pool == 1 and lo.T == T and st.shown().undefined(0, 1, 0)
     x0, y0 = int(lo.x0[1]), int(lo.y0[1])  # L0 H1's tile
-    bg = QColor(BACKGROUND)
-    blank = (bg.red(), bg.green(), bg.blue())
+    blank = no_value_colour(st.colormap)
     assert grid_pixel(g, x0 + 0.5, y0 + 1.5) == blank  # (the hidden key's column)
     assert [grid_pixel(g, x0 + k + 0.5, y0 + 0.5) for k in range(1, T)] == [blank] * (T - 1)
     zero = grid_pixel(g, x0 + 1.5, y0 + 1.5)  # A = B: the map's white

@@ -1,6 +1,6 @@
 """With Hide first token on, a decoder's first query has no key left (its only key is hidden): its
-renormalised row is 0/0, undefined. The heads grid and the focus view leave that row blank, the
-background of the hidden key's column, as the exported figure does, and the hover says it is
+renormalised row is 0/0, undefined. The heads grid and the focus view paint that row in the colour
+of the hidden key's column (the no-value colour), as the exported figure does, and the hover says it is
 undefined rather than reading 0.00; an encoder's first row keeps its other keys and is coloured.
 (They painted it in the colour of 0.)"""
 

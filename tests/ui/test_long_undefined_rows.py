@@ -3,15 +3,15 @@
 leave it blank (the colour of the hidden key's column), as the grid leaves it; a tile's row of cells
 pooled from undefined rows alone is blank too, and its hover says so. (They painted it in the colour
 of 0, which reads as a row that attends nowhere.) That colour is one no colormap offered paints a
-weight in, and the view's legend and the picture's say what it means. (It was black: magma's,
-inferno's and CET-L3's 0.)"""
+weight in (style.no_value_colour, as every view paints it), and the view's legend and the
+picture's say what it means. (It was black: magma's, inferno's and CET-L3's 0.)"""
 
 import numpy as np
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor, QImage
 
 from attnviz.figures.data import COLORMAPS
-from attnviz.figures.style import heat_table
+from attnviz.figures.style import heat_table, no_value_colour
 from attnviz.ui.views.long_view import LongView
 from attnviz.ui.views.mosaic import UNDEFINED
 from windows import TOY, WAIT, long_view_shown, open_window
@@ -84,7 +84,8 @@ def test_the_hidden_key_s_colour_is_no_weight_s_and_the_legends_name_it(qtbot, t
     hidden, undefined, zero = painted(5, 0), painted(0, 10), painted(5, 20)  # (5, 20): a future key, 0
     assert hidden == undefined != zero
     assert _far_from_every_colormap(hidden) == {}
-    words = "dark green: the hidden first key, or a row with no weight left"
+    assert QColor(hidden).getRgb()[:3] == no_value_colour("magma")
+    words = "magenta: no value (the hidden first key, or a row with no weight left)"
     assert view.scale_label.text().endswith(f" · {words}")
     lay = view.export_picture(tmp_path / "long.png")
     picture = QImage(str(tmp_path / "long.png"))
@@ -109,7 +110,7 @@ def test_the_colours_label_shows_whole_lines_in_a_narrow_window(qtbot, tmp_path)
     w.state.set_hide_first(True)
     view = w.findChild(LongView)
     label = view.scale_label
-    qtbot.waitUntil(lambda: lg.pane.options[0] and "dark green" in view.scale_text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: lg.pane.options[0] and "magenta: no value" in view.scale_text(), timeout=WAIT)
     full, fm, room = view.scale_text(), label.fontMetrics(), label.contentsRect()
     need = fm.boundingRect(QRect(0, 0, room.width() - 2, 1 << 20), int(Qt.TextFlag.TextWordWrap), label.text())
     assert need.height() <= room.height() and fm.horizontalAdvance(full) > room.width(), (need, room)

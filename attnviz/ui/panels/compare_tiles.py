@@ -15,14 +15,15 @@ def layer_pictures(panel, layer: int, mode: str | None = None, heads=None, lim: 
     """(rgb tiles of `heads` (None: all) of `layer` in `mode` (None: the one shown), each `side`
     pixels square (None: a pixel a token), the colour limit: `lim`, else the layer's largest
     |A − B|; None in A or B), as shown: under Hide first token renormalised, the hidden key and the
-    undefined rows blank."""
+    undefined rows in the no-value colour."""
     a, b = panel.sides(panel.jobs.comparison)
     mode, heads = mode or panel.jobs.mode, range(a.n_head) if heads is None else heads
     side = a.n_tok if side is None else int(side)
     if mode == "A-B":
         d, blank = GC.difference(a, b, layer)
         lim = F.signed_limit(d) if lim is None else lim
-        return [F.signed_tile(d[h], None if blank is None else blank[h], a.hide_first, lim, side)
+        return [F.signed_tile(d[h], None if blank is None else blank[h], a.hide_first, lim, side,
+                              panel.state.colormap)
                 for h in heads], lim
     s = a if mode == "A" else b
     mats, blank = s.rows(layer, 0, s.n_tok), s.undefined_rows(layer, 0, s.n_tok)

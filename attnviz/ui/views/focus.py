@@ -20,7 +20,7 @@ from attnviz.ui.views.compute_figures import tokens
 from attnviz.ui.views.fields import plain_label, plain_tip, rich_label
 from attnviz.ui.views.focus_fit import PAD, Picture, axis_pool, picture
 from attnviz.ui.views.grid_items import (
-    HIGHLIGHT, MosaicImage, NoModel, colour_bar, no_model_text, update_bar,
+    HIGHLIGHT, MosaicImage, NoModel, NoValueUnder, colour_bar, no_model_text, update_bar,
 )
 from attnviz.ui.views.mosaic import cell_readout
 from attnviz.ui.views.painted import painted_centres, painted_point
@@ -127,6 +127,7 @@ class FocusView(QWidget):
         self.plot.getAxis("left").setStyle(tickLength=0)
         self.img = MosaicImage(axisOrder="row-major")  # drawn as ARGB, as the grid's mosaic
         self.plot.addItem(self.img)
+        self.no_value = NoValueUnder(self.plot)  # what a cell with no value (NaN, transparent) shows
         self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
         self.gw.addItem(self.cbar, row=0, col=1)
@@ -242,10 +243,13 @@ class FocusView(QWidget):
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
         self._k0 = k0  # (and has no label)
-        # (a row with no weight left under Hide first token (0/0): blank (NaN), as exports leave it)
+        # (a row with no weight left under Hide first token (0/0): NaN, in the no-value colour)
         pic = self.picture = picture(region.values[0, 0], k0, shown.hide_first, *self._pools(shown.n_tok))
         self.img.setImage(pic.values, autoLevels=False)
         self.img.setRect(QRectF(*pic.rect()))
+        self.no_value.place(np.ones((1, 1), np.uint8), QRectF(0, 0, *pic.extent))  # (the hidden first key's column too)
+        self.no_value.set_colormap(self.state.colormap)
+        self.no_value.show()
         if pic.extent != self._extent:
             self._extent = pic.extent
             self.vb.setRange(QRectF(0, 0, *(max(v, 1) for v in pic.extent)), padding=PAD)
@@ -296,6 +300,7 @@ class FocusView(QWidget):
     def _clear(self):
         """No head: an empty frame, no numbered axes, no colour bar."""
         self.img.clear()
+        self.no_value.hide()
         self.cbar.setOpacity(0.0)
         self.window_line.hide()
         self.title.setText(self._empty_text())

@@ -1,7 +1,8 @@
 """The heatmap mosaic: every head of one layer (or of all layers) tiled into ONE uint8 image.
 
 Per update only the reused uint8 buffer is refilled and handed to `setImage` with a 256-entry lookup
-table (style.heat_table: entry 0 is the transparent gap, 1..255 the colormap). Items around the image
+table (style.heat_table: entry 0 is the transparent gap, 1..255 the colormap; under each head the
+no-value colour, NoValueUnder, which a cell of the gap shows). Items around the image
 (titles, KV-group bands, the focus frame, the query-row highlight) are pooled and only moved; where they
 go is computed in ui/views/mosaic.py. Token labels live in the focus view and in the hover read-out, never on
 the small heads."""
@@ -29,7 +30,8 @@ from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import painted_point
 from attnviz.ui.views.grid_items import (
-    HeadOutline, Label, MosaicImage, NoModel, colour_bar, place_bands, place_titles, update_bar,
+    HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands,
+    place_titles, update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
@@ -65,6 +67,7 @@ class HeatmapGrid(QWidget):
         self.img = MosaicImage(axisOrder="row-major")
         self.img.setZValue(0)
         self.plot.addItem(self.img)
+        self.no_value = NoValueUnder(self.plot)  # what a transparent cell (the gap entry) shows
         self.cbar = colour_bar(state.colormap, self.font())
         self.gw.addItem(self.cbar, row=0, col=1)
         self.no_model = NoModel(state, self.cbar, self.gw)  # an empty grid says why
@@ -159,7 +162,7 @@ class HeatmapGrid(QWidget):
             self.img.clear()
             self._mosaic = None
             self.layout_ = None
-            for item in (*self._titles, *self._captions, *self._bands):
+            for item in (*self._titles, *self._captions, *self._bands, self.no_value):
                 item.hide()
             self._draw_focus()
             self._draw_query()
@@ -220,6 +223,8 @@ class HeatmapGrid(QWidget):
             y, x = lo.y0[i], lo.x0[i]
             mosaic[y:y + side, x + c0:x + side] = f[i]  # float -> uint8 truncation: the table index
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
+        self.no_value.set_colormap(st.colormap)  # (far from A − B's map too)
+        self.no_value.show()
         self._draw_titles()
         self._draw_off_marks()  # (none over B or A − B: the clean runs)
         self._draw_window()
@@ -298,6 +303,7 @@ class HeatmapGrid(QWidget):
         n_head = len(kv_group)
 
         place_titles(self.plot, self._titles, self._font, *title_spots(lo, n_head))
+        self.no_value.place(head_mask(lo))
         segments = kv_segments(lo, kv_group) if gqa else []  # bands behind each group's tiles, "KV g"
         place_bands(self.plot, self._bands, self._captions, self._font, segments, lo.caption_h,
                     BAND_ALPHA)

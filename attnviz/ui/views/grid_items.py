@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import bar_ticks
-from attnviz.figures.style import BACKGROUND, TEXT, group_color
+from attnviz.figures.style import BACKGROUND, TEXT, group_color, no_value_colour
 from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.mosaic import tile_index
 
@@ -334,6 +334,45 @@ def place_titles(plot, titles: list, font: QFont, spots, texts) -> None:
             t.show()
         else:
             t.hide()
+
+
+class NoValueUnder(MosaicImage):
+    """The no-value colour (style.no_value_colour) under a picture whose cells with no value are
+    transparent (the grid's gap entry, the focus view's NaN): an image of the picture's size and
+    rect, so Qt rounds and samples it as it does the picture, opaque where a head is (`place`: 1)
+    and transparent between heads, where the background shows."""
+
+    def __init__(self, plot):
+        super().__init__(axisOrder="row-major")
+        self.setZValue(-0.5)  # over the KV-group bands, under the picture
+        self._mask = np.ones((1, 1), np.uint8)
+        self._table = np.zeros((256, 4), np.uint8)
+        self._name = ""
+        plot.addItem(self)
+
+    def place(self, mask: np.ndarray, rect: QRectF | None = None) -> None:
+        """[h, w] uint8, 1 where a head is, 0 between heads; `rect`: the picture's rect."""
+        self._mask = mask
+        self._paint()
+        if rect is not None:
+            self.setRect(rect)
+
+    def set_colormap(self, name: str) -> None:
+        if name != self._name:
+            self._name = name
+            self._table[1] = (*no_value_colour(name), 255)
+            self._paint()
+
+    def _paint(self) -> None:
+        self.setImage(self._mask, levels=(0, 255), lut=self._table.copy(), autoLevels=False)
+
+
+def head_mask(lo) -> np.ndarray:  # -> [height, width] uint8
+    """1 on each head's square of a mosaic laid out as `lo` (mosaic.GridLayout), 0 between them."""
+    mask = np.zeros((lo.height, lo.width), np.uint8)
+    for y, x in zip(lo.y0, lo.x0):
+        mask[y:y + lo.T, x:x + lo.T] = 1
+    return mask
 
 
 def place_bands(plot, bands: list, captions: list, font: QFont, segments, caption_h: float,

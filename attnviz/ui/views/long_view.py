@@ -7,7 +7,7 @@ block's defined rows, linear or log colours (under Hide first token a row of cel
 query row has no weight left is blank, at any zoom: Overview.blank). The wheel zooms about the
 pointer and a dragged rectangle zooms to it, in the large pane or a tile; once the region has no
 more tokens than the pane has pixels the cells are the exact weights (a hidden first key's column
-in the gap colour, figures/long_picture.HIDDEN_KEY) and the token labels appear; the token strip under the pane lists the region's keys.
+in the no-value colour, style.no_value_colour) and the token labels appear; the token strip under the pane lists the region's keys.
 Hover reads the exact shown weight of the token pair under the pointer at any zoom. A local
 layer's window edge is drawn (dashed) where it passes through the region. Until a new overview arrives the last one stays, moved and scaled to
 the new region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
@@ -24,7 +24,7 @@ from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.long_picture import (
-    HIDDEN_WORDS, REDUCE_WORDS, Layout, LongPicture, cells_text, options_text, scale_span,
+    REDUCE_WORDS, Layout, LongPicture, cells_text, hidden_words, options_text, scale_span,
     write_long_picture,
 )
 from attnviz.figures.overview import tops
@@ -170,7 +170,7 @@ class LongView(QWidget):
         if ov is None:
             return ""
         top = float(tops(ov.values, "per-head")[0])
-        hidden = f" · {HIDDEN_WORDS}" if ov.options[0] else ""
+        hidden = f" · {hidden_words(self.state.colormap)}" if ov.options[0] else ""
         return f"colours: {scale_span(top, self.long.log)}{hidden}"
 
     def picture(self) -> LongPicture | None:
