@@ -405,7 +405,7 @@ class ComparePanel(QWidget):
     def _on_map_click(self, x: float, y: float) -> None:
         if self.map_layout is None:
             return
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y)
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF())
         if hit is not None and hit[0] == "head":
             self.state.set_focus(hit[1], hit[2])
 
@@ -414,7 +414,7 @@ class ComparePanel(QWidget):
             return None
         if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends them in an ellipsis)
             return headmap.whole_title(self.head_map(), self.map_layout)
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y)
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF())
         if hit is not None and hit[0] == "head":
             d = self.doc()
             l, h = hit[1], hit[2]

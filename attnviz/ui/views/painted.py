@@ -3,9 +3,10 @@ mosaic (grid.py) and the focus view's picture (focus.py), so that the pointer ov
 reads the cell whose value that pixel shows.
 
 Qt's raster engine draws an unsmoothed scaled image into its rect on the screen rounded to whole
-pixels, each screen pixel the image pixel at its centre in 16.16 fixed point (`painted_index`).
-Near an image pixel's edge that is not the image pixel under the pointer's corner: the plain
-mapping of the pointer into the image reads a neighbour."""
+pixels, each screen pixel the image pixel at its centre in 16.16 fixed point (`painted_index`, in
+figures/painted.py, which the head maps' and the Compare strip's hovers read too). Near an image
+pixel's edge that is not the image pixel under the pointer's corner: the plain mapping of the
+pointer into the image reads a neighbour."""
 
 from __future__ import annotations
 
@@ -13,16 +14,7 @@ import math
 
 from PySide6.QtCore import QPointF
 
-
-def painted_index(v: int, lo: float, hi: float, n: int) -> int:
-    """Which of an image's n pixels along an axis Qt paints at screen pixel v, the image spanning
-    lo..hi screen pixels (unrounded): its rect rounded to whole pixels, then each pixel sampled at its
-    centre in 16.16 fixed point. Outside the painted span: below 0 or n and above."""
-    start = math.floor(lo + 0.5)
-    width = max(1, math.floor(hi + 0.5) - start)
-    step = int(65536 * n / width)
-    first = math.ceil(0.5 * n / width * 65536) - 1
-    return (first + (v - start) * step) >> 16
+from attnviz.figures.painted import painted_index
 
 
 def painted_point(gw, vb, item, scene_pos) -> QPointF:
