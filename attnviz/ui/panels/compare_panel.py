@@ -39,6 +39,7 @@ from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
+from attnviz.figures.painted import painted_in
 from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES, side_name
@@ -448,9 +449,9 @@ class ComparePanel(QWidget):
         self.strip_cells = cells
 
     def _strip_readout(self, x: float, y: float) -> str | None:
-        c = self.jobs.comparison
-        for t, r in enumerate(self.strip_cells):
-            if r.contains(x, y):
+        c, dpr = self.jobs.comparison, self.strip.devicePixelRatioF()
+        for t, r in enumerate(self.strip_cells):  # (a frame is painted between its edges rounded)
+            if painted_in(x, y, r, dpr):
                 d = c.doc
                 text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:
