@@ -17,14 +17,19 @@ from PySide6.QtCore import QPointF
 from attnviz.figures.painted import painted_index
 
 
-def painted_point(gw, vb, item, scene_pos) -> QPointF:
+def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     """The point of view box `vb` at the centre of the pixel of image item `item` (a pyqtgraph
     ImageItem in `vb`, on GraphicsView `gw`) that Qt paints on the screen pixel under `scene_pos`.
-    Off the image: where its pixels would lie; without an image: the point under `scene_pos`."""
+    Off the image: where its pixels would lie; without an image: the point under `scene_pos`.
+    `at`: the pointer's viewport position as Qt delivered it (pyqtgraph's GraphicsView keeps the
+    last move's, lastMousePos, and press's, mousePressPos), read where `scene_pos` is it rounded."""
     if item.image is None:
         return vb.mapSceneToView(scene_pos)
     t, dpr = gw.viewportTransform(), gw.devicePixelRatioF()  # (painted in device pixels)
-    at, box = t.map(QPointF(scene_pos)) * dpr, t.mapRect(item.sceneBoundingRect())
+    # QGraphicsView gives its scene the pointer rounded to a whole widget pixel: above a device
+    # pixel ratio of 1 that is often the device pixel beside the one under the pointer
+    exact = at is not None and gw.mapToScene(QPointF(at).toPoint()) == scene_pos
+    at, box = (QPointF(at) if exact else t.map(QPointF(scene_pos))) * dpr, t.mapRect(item.sceneBoundingRect())
     j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, int(item.width()))
     i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, int(item.height()))
     return vb.mapSceneToView(item.mapToScene(QPointF(j + 0.5, i + 0.5)))
