@@ -22,6 +22,7 @@ from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
 from attnviz.figures.numbers import plain_number, signed
+from attnviz.figures.painted import painted_cell, painted_in
 
 TITLE_LINES = 2  # the title, and the caption under it, each wrap to at most this many lines
 TEXT_DARK = TEXT  # the paper ink (render.py): the maps are drawn on white, in the window too
@@ -383,24 +384,24 @@ def on_title(lay: HeadMapLayout, y: float) -> bool:
     return 0 <= y < lay.title_h - QFontMetricsF(figure_font(11)).height()
 
 
-def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float):
-    """What is under (x, y): ("head", layer, head), ("column", layer), ("extra", i) or None."""
-    n_layer, n_head = hm.values.shape
-    c = lay.cell
+def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float, dpr: float = 1.0):
+    """What is painted on the device pixel under (x, y) (`dpr` device pixels a widget pixel):
+    ("head", layer, head), ("column", layer), ("extra", i) or None. Qt fills a cell between its
+    edges rounded to whole pixels (painted_cell): a pixel near an edge may be its neighbour's."""
     for i, r in enumerate(lay.extra_rects):
-        if r.contains(x, y):
+        if painted_in(x, y, r, dpr):
             return ("extra", i)
+    c = lay.cell
     if lay.across:
-        l = np.flatnonzero((x >= lay.x_layers) & (x < lay.x_layers + c))
-        h = np.flatnonzero((y >= lay.y_heads) & (y < lay.y_heads + c))
-        return ("head", int(l[0]), int(h[0])) if l.size and h.size else None
-    l = int(np.floor((y - lay.title_h) / c)) if y >= lay.title_h else -1
-    if not 0 <= l < n_layer:
+        l, h = painted_cell(x, lay.x_layers, c, dpr), painted_cell(y, lay.y_heads, c, dpr)
+        return None if l is None or h is None else ("head", l, h)
+    l = painted_cell(y, lay.y_layers, c, dpr)
+    if l is None:
         return None
-    if hm.column is not None and lay.x_column <= x < lay.x_column + c:
+    if hm.column is not None and painted_cell(x, [lay.x_column], c, dpr) == 0:
         return ("column", l)
-    h = np.flatnonzero((x >= lay.x_heads) & (x < lay.x_heads + c))
-    return ("head", l, int(h[0])) if h.size else None
+    h = painted_cell(x, lay.x_heads, c, dpr)
+    return None if h is None else ("head", l, h)
 
 
 def readout(hm: HeadMap, what) -> str:

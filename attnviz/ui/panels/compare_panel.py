@@ -39,6 +39,7 @@ from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
+from attnviz.figures.painted import painted_in
 from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES, side_name
@@ -406,7 +407,7 @@ class ComparePanel(QWidget):
     def _on_map_click(self, x: float, y: float) -> None:
         if self.map_layout is None:
             return
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y)
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF())
         if hit is not None and hit[0] == "head":
             self.state.set_focus(hit[1], hit[2])
 
@@ -415,7 +416,7 @@ class ComparePanel(QWidget):
             return None
         if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends them in an ellipsis)
             return headmap.whole_title(self.head_map(), self.map_layout)
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y)
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF())
         if hit is not None and hit[0] == "head":
             d = self.doc()
             l, h = hit[1], hit[2]
@@ -449,9 +450,9 @@ class ComparePanel(QWidget):
         self.strip_cells = cells
 
     def _strip_readout(self, x: float, y: float) -> str | None:
-        c = self.jobs.comparison
-        for t, r in enumerate(self.strip_cells):
-            if r.contains(x, y):
+        c, dpr = self.jobs.comparison, self.strip.devicePixelRatioF()
+        for t, r in enumerate(self.strip_cells):  # (a frame is painted between its edges rounded)
+            if painted_in(x, y, r, dpr):
                 d = c.doc
                 text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:

@@ -69,7 +69,7 @@ class HeadMapView(QWidget):
 
     def hit_at(self, x: float, y: float):
         lay = self._layout()
-        return None if lay is None else fig.hit(self.map, lay, x, y)
+        return None if lay is None else fig.hit(self.map, lay, x, y, self.devicePixelRatioF())
 
     def cell_center(self, layer: int, head: int) -> tuple[float, float]:
         return fig.cell_center(self.map, self._layout(), layer, head)

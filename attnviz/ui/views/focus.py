@@ -417,18 +417,19 @@ class FocusView(QWidget):
         k0, q0, pk, pq = pic.block(q, k)
         return (*lh, *self.state.on_screen()[0].strongest_in_block(*lh, q0, k0, pq, pk))
 
-    def _painted_point(self, scene_pos) -> QPointF:
+    def _painted_point(self, scene_pos, at) -> QPointF:
         """The view point, in tokens, at the centre of the picture pixel painted on the screen pixel
-        under `scene_pos` (painted.py): near a pixel's edge the pointer reads the block that pixel
-        shows, not its neighbour. (Off the picture: where its pixels would lie.)"""
+        under `scene_pos`, the pointer at viewport position `at` (painted.py): near a pixel's edge
+        the pointer reads the block that pixel shows, not its neighbour. (Off the picture: where
+        its pixels would lie.)"""
         if self.picture is None:
             return self.vb.mapSceneToView(scene_pos)
-        return painted_point(self.gw, self.vb, self.img, scene_pos)
+        return painted_point(self.gw, self.vb, self.img, scene_pos, at)
 
     def _on_mouse_moved(self, scene_pos):
         if not self.vb.sceneBoundingRect().contains(scene_pos):
             return
-        p = self._painted_point(scene_pos)
+        p = self._painted_point(scene_pos, self.gw.lastMousePos)
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return
@@ -442,7 +443,8 @@ class FocusView(QWidget):
                 st.show_status(text)
 
     def _on_mouse_clicked(self, ev):
-        p = self._painted_point(ev.scenePos())
+        pressed = getattr(self.gw, "mousePressPos", None)  # (pyqtgraph sets it at the first press)
+        p = self._painted_point(ev.scenePos(), pressed)
         cell = self.cell_at(p.x(), p.y())
         if cell is None or self.state.on_screen()[1]:  # a query is a position in the whole result
             return

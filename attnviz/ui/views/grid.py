@@ -427,7 +427,8 @@ class HeatmapGrid(QWidget):
     def _on_mouse_moved(self, scene_pos):
         if self.state.result is None or not self.vb.sceneBoundingRect().contains(scene_pos):
             return
-        p = painted_point(self.gw, self.vb, self.img, scene_pos)  # (the mosaic pixel painted there)
+        at = self.gw.lastMousePos  # (the pointer as Qt delivered it, between whole pixels)
+        p = painted_point(self.gw, self.vb, self.img, scene_pos, at)  # (the mosaic pixel painted there)
         cell = self.cell_at(p.x(), p.y())
         # no read-out over a preview (the read-outs read the state's result, another text's): a
         # few ms later the result is in and the read-out with it
@@ -455,7 +456,8 @@ class HeatmapGrid(QWidget):
     def _on_mouse_clicked(self, ev):
         if self.state.result is None:
             return
-        p = painted_point(self.gw, self.vb, self.img, ev.scenePos())
+        pressed = getattr(self.gw, "mousePressPos", None)  # (pyqtgraph sets it at the first press)
+        p = painted_point(self.gw, self.vb, self.img, ev.scenePos(), pressed)
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return

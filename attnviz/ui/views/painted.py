@@ -4,9 +4,10 @@ reads the cell whose value that pixel shows, and a mark (Find's, in the focus vi
 pixel painted with its cell (`painted_span`, the other way round).
 
 Qt's raster engine draws an unsmoothed scaled image into its rect on the screen rounded to whole
-pixels, each screen pixel the image pixel at its centre in 16.16 fixed point (`painted_index`).
-Near an image pixel's edge that is not the image pixel under the pointer's corner: the plain
-mapping of the pointer into the image reads a neighbour."""
+pixels, each screen pixel the image pixel at its centre in 16.16 fixed point (`painted_index`, in
+figures/painted.py, which the head maps' and the Compare strip's hovers read too). Near an image
+pixel's edge that is not the image pixel under the pointer's corner: the plain mapping of the
+pointer into the image reads a neighbour."""
 
 from __future__ import annotations
 
@@ -14,26 +15,22 @@ import math
 
 from PySide6.QtCore import QPointF
 
-
-def painted_index(v: int, lo: float, hi: float, n: int) -> int:
-    """Which of an image's n pixels along an axis Qt paints at screen pixel v, the image spanning
-    lo..hi screen pixels (unrounded): its rect rounded to whole pixels, then each pixel sampled at its
-    centre in 16.16 fixed point. Outside the painted span: below 0 or n and above."""
-    start = math.floor(lo + 0.5)
-    width = max(1, math.floor(hi + 0.5) - start)
-    step = int(65536 * n / width)
-    first = math.ceil(0.5 * n / width * 65536) - 1
-    return (first + (v - start) * step) >> 16
+from attnviz.figures.painted import painted_index
 
 
-def painted_point(gw, vb, item, scene_pos) -> QPointF:
+def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     """The point of view box `vb` at the centre of the pixel of image item `item` (a pyqtgraph
     ImageItem in `vb`, on GraphicsView `gw`) that Qt paints on the screen pixel under `scene_pos`.
-    Off the image: where its pixels would lie; without an image: the point under `scene_pos`."""
+    Off the image: where its pixels would lie; without an image: the point under `scene_pos`.
+    `at`: the pointer's viewport position as Qt delivered it (pyqtgraph's GraphicsView keeps the
+    last move's, lastMousePos, and press's, mousePressPos), read where `scene_pos` is it rounded."""
     if item.image is None:
         return vb.mapSceneToView(scene_pos)
     t, dpr = gw.viewportTransform(), gw.devicePixelRatioF()  # (painted in device pixels)
-    at, box = t.map(QPointF(scene_pos)) * dpr, t.mapRect(item.sceneBoundingRect())
+    # QGraphicsView gives its scene the pointer rounded to a whole widget pixel: above a device
+    # pixel ratio of 1 that is often the device pixel beside the one under the pointer
+    exact = at is not None and gw.mapToScene(QPointF(at).toPoint()) == scene_pos
+    at, box = (QPointF(at) if exact else t.map(QPointF(scene_pos))) * dpr, t.mapRect(item.sceneBoundingRect())
     j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, int(item.width()))
     i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, int(item.height()))
     return vb.mapSceneToView(item.mapToScene(QPointF(j + 0.5, i + 0.5)))
