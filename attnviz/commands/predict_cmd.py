@@ -42,11 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="TOKEN",
                    help="token for the DLA and the lens: an id, a vocabulary string or a text that is "
                         "one token (default: the clean run's top-1)")
-    p.add_argument("--alt", metavar="TOKEN", help="the DLA's other token (default: the clean run's second)")
+    p.add_argument("--alt", metavar="TOKEN", help=f"the DLA's other token (default: {P.ALT_RULE})")
     p.add_argument("--ablate", metavar="HEAD[,HEAD...]", help="heads to switch off, e.g. 3.1,5.0 or 'L3 H1,L5 H0'")
     p.add_argument("--ablate-mode", choices=A.MODES, default="zero",
                    help="replace the heads' outputs by zero or by their mean over this text's "
-                        "positions (default: zero)")
+                        "positions in the clean run (default: zero)")
     p.add_argument("--knockout", metavar="L:Q-K[,...]",
                    help="edges to block (score -inf before the softmax): layer or layers a-b, "
                         "query Q, key K, e.g. 2:7-3 or 2-4:7-3")
@@ -116,10 +116,7 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
         clean_pred = P.predict(head, clean, q, max(top, 2))
     else:  # the prediction and the lens from one pass over the unembedding
         clean_pred, lens = P.prediction_and_lens(head, clean, q, max(top, 2), target)
-    target = int(clean_pred.top_ids[0]) if target is None else target
-    alt = int(clean_pred.top_ids[1]) if alt is None else alt
-    if target == alt:
-        raise InputError(f"target and alt are the same token ({target}): pick two different tokens")
+    target, alt = P.dla_tokens(clean_pred.top_ids, target, alt)
     pred = P.predict(head, trace, q, top) if edits else clean_pred
     dla = P.attribute(model, head, trace, q, target, alt)
     if edits:

@@ -121,3 +121,25 @@ def test_ablation_scan_repeat_loss_on_the_probe_and_its_refusal(cli):
     assert rc != 0 and "do not repeat" in err
     rc, _, err = cli("ablation-scan", "--model", GPT2, "--probe", "--position", "2")
     assert rc != 0 and "only with --loss next" in err
+
+
+def test_predict_and_export_give_the_dla_the_same_default_alternative(cli, capsys, tmp_path):
+    """The alternative left out is the clean top-1, or the second when the target is the top-1:
+    on the command line as in the window (engine/analysing/predict.py dla_tokens), and both say so."""
+    ids = "3,1,4,1,5,9,2"
+    rc, out, _ = cli("predict", "--model", GPT2, "--ids", ids, "--top", "3", "--json")
+    top = [t["id"] for t in json.loads(out)["top"]]
+    for target, alt in ((top[0], top[1]), (top[1], top[0]), (top[2], top[0])):
+        rc, out, err = cli("predict", "--model", GPT2, "--ids", ids, "--target", str(target), "--json")
+        assert rc == 0, err
+        assert (json.loads(out)["target"], json.loads(out)["alt"]) == (target, alt)
+        rc, _, err = cli("export", "--model", GPT2, "--text", ids.replace(",", ", "), "--view", "dla",
+                         "--target", f"#{target}", "--out", str(tmp_path / "d.json"))
+        assert rc == 0, err
+        doc = json.loads((tmp_path / "d.json").read_text())
+        assert doc["input_ids"] == [3, 1, 4, 1, 5, 9, 2] and (doc["target"], doc["alt"]) == (target, alt)
+    for command in ("predict", "export"):
+        with pytest.raises(SystemExit):
+            cli(command, "--help")
+        assert "(default: the clean run's top-1, or its second when the target is the top-1)" in \
+            " ".join(capsys.readouterr().out.split())

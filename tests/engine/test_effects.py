@@ -122,6 +122,17 @@ def test_the_analysis_defaults_to_the_top_two_and_its_parts_add_up(models):
     assert b.dla.logit_diff != pytest.approx(a.dla.logit_diff)
 
 
+def test_the_dla_alternative_is_the_top_1_or_the_second_when_the_target_is_the_top_1(models):
+    model = models["gpt2"]
+    run = window_run(model, "", ids=IDS)
+    top = [int(i) for i in analyse(model, run, position=6).clean.top_ids[:3]]
+    for target, alt in ((top[0], top[1]), (top[1], top[0]), (top[2], top[0])):
+        a = analyse(model, run, position=6, target=f"#{target}")
+        assert (a.target, a.alt) == (target, alt)
+    with pytest.raises(InputError, match=rf"same token \({top[1]}\)"):
+        analyse(model, run, position=6, target=f"#{top[1]}", alt=f"#{top[1]}")
+
+
 def test_typed_tokens_resolve_to_one_id_or_are_refused_in_one_line(models):
     model = load_model("SmolLM2-135M-Instruct")
     the = token_id(model, " The")
@@ -136,6 +147,8 @@ def test_typed_tokens_resolve_to_one_id_or_are_refused_in_one_line(models):
         token_id(model, "Plumbrook Plumbrook")
     with pytest.raises(InputError, match="outside the vocabulary"):
         token_id(model, "#999999999")
+    with pytest.raises(InputError, match=r"^token id -1 is outside the vocabulary 0\.\.49151$"):
+        token_id(model, "#-1")  # an id that is no token, not a text of three tokens
     with pytest.raises(InputError, match="no tokenizer"):
         token_id(models["gpt2"], "the")
     assert token_id(models["gpt2"], "#7") == 7

@@ -16,7 +16,7 @@ from attnviz.engine.errors import Cancelled, NoPrediction
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.logits import VOCAB_BLOCK
 from attnviz.engine.computing.model import token_text
-from attnviz.engine.computing.trace import ReplaceHead
+from attnviz.engine.computing.trace import Knockout, ReplaceHead
 from tiny import FIXTURES, llama_config, llama_tensors, write_model
 from attnviz.engine.computing.request import RunRequest
 
@@ -207,6 +207,19 @@ def test_knockouts_and_heads_are_checked():
         A.parse_heads(f"0.{cfg.n_head}", cfg.n_layer, cfg.n_head)
     with pytest.raises(InputError, match="LAYERS:Q-K"):
         A.parse_knockouts("1:5", cfg.n_layer)
+    # a range typed backwards is named as such, not as layers outside the model
+    with pytest.raises(InputError, match=r"^knockout '1-0:5-2': layers 1-0 run backwards: write 0-1$"):
+        A.parse_knockouts("1-0:5-2", cfg.n_layer)
+    with pytest.raises(InputError, match=rf"layer {cfg.n_layer} is outside this model's layers"):
+        A.parse_knockouts(f"0-{cfg.n_layer}:5-2", cfg.n_layer)
+
+
+def test_an_encoder_knocks_out_an_edge_to_a_later_key():
+    bert = load_model(FIXTURES / "bert").config
+    assert not bert.causal and A.edge_seen(bert, 2, 4)
+    assert A.knockout_edits(bert, 6, [([0], 2, 4)]) == [Knockout(0, 2, 4)]
+    llama = load_model(FIXTURES / "llama_gqa").config
+    assert not A.edge_seen(llama, 2, 4) and A.edge_seen(llama, 4, 2)
 
 
 def test_a_head_is_read_as_the_window_names_it_or_as_layer_dot_head():

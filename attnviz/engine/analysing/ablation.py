@@ -1,8 +1,8 @@
 """Switching heads off and edges out, and which heads matter. Pure NumPy on Traces, no Qt.
 
 - Ablation replaces the outputs z of chosen heads by zero, or by the mean of that head's output
-  over the positions of this text (`head_edits`); knockout blocks the edge query q -> key k in
-  chosen layers (`knockout_edits`: its score is -inf before the softmax).
+  over the positions of this text in the clean run (`head_edits`); knockout blocks the edge query
+  q -> key k in chosen layers (`knockout_edits`: its score is -inf before the softmax).
 - `run_edited` recomputes from the first layer an edit changes, reusing the clean trace's earlier
   layers (their residual stream and records), and returns a trace prediction can read.
 - `ablation_scan` zero-ablates every head in turn and measures the increase in a loss: `next`,
@@ -69,6 +69,19 @@ def check_head(layer: int, head: int, n_layer: int, n_head: int) -> None:
                          f"and heads 0..{n_head - 1}")
 
 
+def layer_span(text: str, n_layer: int) -> list[int]:
+    """Layers as typed, one ("3") or a range ("2-4") -> [2, 3, 4]. ValueError for text that is
+    neither; InputError for a range that runs backwards or a layer the model does not have."""
+    a, _, b = text.strip().partition("-")
+    lo, hi = int(a), int(b or a)
+    if hi < lo:
+        raise InputError(f"layers {lo}-{hi} run backwards: write {hi}-{lo}")
+    for i in (lo, hi):
+        if not 0 <= i < n_layer:
+            raise InputError(f"layer {i} is outside this model's layers 0..{n_layer - 1}")
+    return list(range(lo, hi + 1))
+
+
 def parse_knockouts(text: str, n_layer: int) -> list[tuple[list[int], int, int]]:
     """"2:7-3,4-5:9-1" -> [([2], 7, 3), ([4, 5], 9, 1)]: layers (one, or a range a-b), query, key."""
     out = []
@@ -76,12 +89,11 @@ def parse_knockouts(text: str, n_layer: int) -> list[tuple[list[int], int, int]]
         try:
             layers, edge = part.split(":")
             q, k = (int(x) for x in edge.split("-"))
-            a, _, b = layers.partition("-")
-            span = list(range(int(a), int(b or a) + 1))
+            span = layer_span(layers, n_layer)
         except ValueError:
             raise InputError(f"knockout {part!r} is not LAYERS:Q-K, e.g. 2:7-3 or 2-4:7-3") from None
-        if not span or not all(0 <= i < n_layer for i in span):
-            raise InputError(f"knockout {part!r}: layers must lie in 0..{n_layer - 1}")
+        except InputError as exc:
+            raise InputError(f"knockout {part!r}: {exc}") from None
         out.append((span, q, k))
     if not out:
         raise InputError("no knockout given: write LAYERS:Q-K[,...], e.g. 2:7-3")
@@ -98,13 +110,21 @@ def head_edits(clean: Trace, heads, mode: str = "zero") -> list[ReplaceHead]:
     return [ReplaceHead(layer, head, clean.z[layer][head].mean(axis=0)) for layer, head in heads]
 
 
+def edge_seen(cfg, q: int, k: int) -> bool:
+    """Whether query q attends to key k at all (two positions inside the text): every edge in an
+    encoder; in a decoder k <= q, inside its sliding window where it has one."""
+    if not cfg.causal:
+        return True
+    return k <= q and (cfg.sliding_window is None or q - k < cfg.sliding_window)
+
+
 def knockout_edits(cfg, T: int, knockouts) -> list[Knockout]:
-    """Knockout edits for [(layers, q, k)], each an edge the query sees (k <= q, inside a sliding
-    window), and no row left without a key in any layer."""
+    """Knockout edits for [(layers, q, k)], each an edge the query sees (edge_seen), and no row
+    left without a key in any layer."""
     edits = []
     for layers, q, k in knockouts:
         q, k = position_index(T, q), position_index(T, k)
-        if cfg.causal and not causal_mask(T, cfg.sliding_window)[q, k]:
+        if not edge_seen(cfg, q, k):
             raise InputError(f"edge {q}->{k} is not one the query sees (a query sees keys at or "
                              "before it" + (f", within {cfg.sliding_window}" if cfg.sliding_window
                                             else "") + "): nothing to knock out")

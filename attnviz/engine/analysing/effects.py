@@ -27,8 +27,8 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.predict import (
-    Attribution, Lens, Prediction, attribute, lens_of, lens_rows, position_index, prediction_of,
-    prediction_trace, vocab_token,
+    Attribution, Lens, Prediction, attribute, dla_tokens, lens_of, lens_rows, position_index,
+    prediction_of, prediction_trace, vocab_token,
 )
 from attnviz.engine.computing.logits import vocab_logits
 from attnviz.engine.computing.model import token_text
@@ -43,7 +43,7 @@ TOP_K = 10
 @dataclass(frozen=True)
 class Ablation:
     """Heads switched off (`mode`: their output z zeroed, or replaced by its mean over the positions
-    of this text) and edges knocked out (query q -> key k in `layers`: score -inf before the softmax).
+    of this text in the clean run) and edges knocked out (query q -> key k in `layers`: score -inf before the softmax).
     Heads are (layer, head); knockouts (layers, q, k). Sorted, so equal states compare equal."""
     heads: tuple = ()
     mode: str = "zero"
@@ -211,7 +211,7 @@ def token_id(model, spec: str) -> int:
 @dataclass(frozen=True)
 class Analysis:
     """The prediction after token `position`, of the clean run and (under an ablation) the changed
-    one; the lens and DLA of the run shown. target/alt default to the clean run's top two."""
+    one; the lens and DLA of the run shown. target/alt default as predict.dla_tokens says."""
     position: int
     clean: Prediction
     changed: Prediction | None
@@ -239,7 +239,7 @@ class Analysis:
 def analyse(model, run: WindowRun, position: int | None = None, target: str = "", alt: str = "",
             k: int = TOP_K, stop: Callable[[], bool] | None = None) -> Analysis:
     """Prediction, lens and DLA at `position` (None: the last token). `target`, `alt`: typed tokens
-    ('' for the clean top-1 and second). NoPrediction for a model that predicts nothing.
+    ('' for the defaults: predict.dla_tokens). NoPrediction for a model that predicts nothing.
 
     One pass over the unembedding serves the prediction and the lens (the lens's last layer is the
     shown run's prediction; under an ablation the clean run's final row rides along), in blocks
@@ -254,11 +254,8 @@ def analyse(model, run: WindowRun, position: int | None = None, target: str = ""
     n_layer = len(shown.resid) - 1
     clean = prediction_of(L[-1], q, max(k, 2))
     changed = prediction_of(L[n_layer - 1], q, max(k, 2)) if run.changed is not None else None
-    t = token_id(model, target) if target.strip() else int(clean.top_ids[0])
-    a = token_id(model, alt) if alt.strip() else int(clean.top_ids[1] if clean.top_ids[0] == t
-                                                      else clean.top_ids[0])
-    if a == t:
-        raise InputError("the target and the alternative are the same token: DLA compares two")
+    t, a = dla_tokens(clean.top_ids, token_id(model, target) if target.strip() else None,
+                      token_id(model, alt) if alt.strip() else None)
     lens = lens_of(L[:n_layer], q, t, stop)
     if stop is not None and stop():
         raise Cancelled("a newer request replaced this one")

@@ -142,6 +142,21 @@ def lens_grid(head: LMHead, trace: Trace, stop: Callable[[], bool] | None = None
     return ids, lps
 
 
+ALT_RULE = "the clean run's top-1, or its second when the target is the top-1"
+
+
+def dla_tokens(top_ids, target: int | None = None, alt: int | None = None) -> tuple[int, int]:
+    """The two tokens DLA compares, from the clean run's top ids (most likely first, at least two):
+    `target` (None: the top-1) and `alt` (None: ALT_RULE, the strongest rival the target has).
+    InputError when they are one token."""
+    top = [int(i) for i in top_ids[:2]]
+    t = top[0] if target is None else int(target)
+    a = (top[1] if top[0] == t else top[0]) if alt is None else int(alt)
+    if t == a:
+        raise InputError(f"target and alt are the same token ({t}): pick two different tokens")
+    return t, a
+
+
 @dataclass(frozen=True)
 class Attribution:
     """Direct logit attribution of logit(target) - logit(alt) at one position: heads [n_layer,
@@ -205,7 +220,7 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
     return Attribution(q, int(target), int(alt), diff, heads, mlp, embed, bias)
 
 
-_HASH_ID = re.compile(r"#\s*([0-9]{1,12})")
+_HASH_ID = re.compile(r"#\s*(-?[0-9]+)")  # (a minus too: "#-1" is an id out of range, not text)
 
 
 def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
@@ -219,7 +234,7 @@ def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
     m = _HASH_ID.fullmatch(spec.strip())
     digits = spec.strip().lstrip("-")
     if m or (digits_are_ids and digits.isascii() and digits.isdigit()):
-        i = int(m.group(1) if m else spec)
+        i = int(m.group(1) if m else spec.strip())
         if not 0 <= i < V:
             raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
         return i

@@ -32,7 +32,7 @@ class Effects(QObject):
         self.ablation: Ablation = CLEAN
         self.wanted = False
         self.target = ""  # typed target token ("" = the clean top-1)
-        self.alt = ""  # typed alternative ("" = the clean second)
+        self.alt = ""  # typed alternative ("" = predict.dla_tokens' default)
         self.run = None  # WindowRun of state.result (when it was run for these views)
         self.analysis = None  # effects.Analysis of the query position
         self.analysed = None  # (run, query, target, alt) that `analysis` was computed for

@@ -16,8 +16,8 @@ from PySide6.QtWidgets import (
     QListWidgetItem, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.reading.token_text import plural
-from attnviz.engine.analysing.ablation import MODES
+from attnviz.engine.reading.token_text import plural, tokens
+from attnviz.engine.analysing.ablation import MODES, edge_seen, layer_span
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text
 from attnviz.engine.errors import InputError
@@ -221,22 +221,31 @@ class AblationPanel(QWidget):
         edge, _, layers = text.partition(" in ")
         try:
             q, k = (int(x) for x in edge.replace("→", "-").split("-"))
-            a, _, b = layers.strip().partition("-")
-            span = (list(range(int(a), int(b or a) + 1)) if layers.strip()
-                    else list(range(st.n_layer)))
+            span = layer_span(layers, st.n_layer) if layers.strip() else list(range(st.n_layer))
         except ValueError:
             self.message.setText(f"{text!r} is not Q-K in A-B, e.g. 44-33 in 0-29")
             return
-        if not span or not all(0 <= i < st.n_layer for i in span):
-            self.message.setText(f"layers must lie in 0..{st.n_layer - 1}")
+        except InputError as exc:
+            self.message.setText(str(exc))
             return
-        T = st.result.n_tokens if st.result is not None else 0
-        if not (0 <= k <= q < T):
-            self.message.setText(f"the edge {q}→{k} is not one a query sees in this text's {T} "
-                                 "tokens (keys at or before the query)")
+        if st.result is None:  # (no text run yet: no edge to name)
+            return
+        T, cfg = st.result.n_tokens, st.model.config
+        if not (0 <= q < T and 0 <= k < T):
+            self.message.setText(f"the edge {q}→{k} is outside this text's {tokens(T)} (0..{T - 1})")
+            return
+        if not edge_seen(cfg, q, k):
+            window = f", within {cfg.sliding_window}" if cfg.sliding_window else ""
+            self.message.setText(f"the edge {q}→{k} is not one a query sees in {st.model.name} "
+                                 f"(keys at or before the query{window})")
+            return
+        ab = self.effects.ablation
+        if set(span) <= knocked_out(ab, q, k):  # (with_knockout would take it back out)
+            self.message.setText(f"the edge {q}→{k} is already knocked out in {layers_text(span)}: "
+                                 "to restore it, select it above and press Switch back on")
             return
         self.message.setText("")
-        self.effects.toggle_knockout(span, q, k)
+        self.effects.set_ablation(ab.with_knockout(span, q, k))
         self.knock_edit.clear()
 
     def _ranked_clicked(self, row: int, _col: int) -> None:
@@ -306,10 +315,16 @@ class AblationPanel(QWidget):
                 self.ranked.setItem(r, c, item)
 
 
+def knocked_out(ab, q: int, k: int) -> set[int]:
+    """The layers in which the edge q -> k is knocked out under `ab` (any of its entries)."""
+    return {i for layers, q2, k2 in ab.knockouts if (q2, k2) == (q, k) for i in layers}
+
+
 def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | None = None):
     """The grid's context menu on head (layer, head) at cell q -> k: switch the head off (zero or
-    mean) or back on, knock out the edge q -> k in this layer or in every layer, restore the clean
-    run. Returns the QMenu (the grid pops it up; tests trigger its actions)."""
+    mean) or back on, knock out the edge q -> k in this layer or in every layer (where the query
+    sees the key: any edge in an encoder) or restore that knockout, restore the clean run. Returns
+    the QMenu (the grid pops it up; tests trigger its actions)."""
     from PySide6.QtWidgets import QMenu
 
     eff = state.effects
@@ -328,12 +343,17 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
                            + (", every head switched off follows" if ab.heads and mode != ab.mode
                               else "") + ")").triggered.connect(off)
     r = state.result
-    if r is not None and k <= q < r.n_tokens:
+    if (r is not None and state.model is not None and 0 <= q < r.n_tokens and 0 <= k < r.n_tokens
+            and edge_seen(state.model.config, q, k)):
         edge = menu_text(f"{q} {quoted(r.labels[q])} → {k} {quoted(r.labels[k])}")  # (a token '&')
-        menu.addAction(f"Knock out {edge} in layer {layer}").triggered.connect(
-            lambda: eff.toggle_knockout([layer], q, k))
-        menu.addAction(f"Knock out {edge} in every layer").triggered.connect(
-            lambda: eff.toggle_knockout(range(state.n_layer), q, k))
+        done = knocked_out(ab, q, k)
+        for where, span in ((f"layer {layer}", (layer,)), ("every layer", tuple(range(state.n_layer)))):
+            if (span, q, k) in ab.knockouts:  # exactly this knockout: the item takes it back out
+                menu.addAction(f"Restore {edge} in {where}").triggered.connect(
+                    lambda _=False, span=span: eff.toggle_knockout(span, q, k))
+            elif not set(span) <= done:  # (knocked out there already, by other entries: no item)
+                menu.addAction(f"Knock out {edge} in {where}").triggered.connect(
+                    lambda _=False, span=span: eff.toggle_knockout(span, q, k))
     if ab.active:
         menu.addSeparator()
         menu.addAction("Restore clean run").triggered.connect(eff.restore_clean)

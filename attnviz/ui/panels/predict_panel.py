@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QScrollArea, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.analysing.predict import ALT_RULE, dla_tokens
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.effects import lens_ranks
 from attnviz.figures.numbers import minus_signs, signed
@@ -69,6 +70,16 @@ def _fill(table: QTableWidget, rows: list[list[str]], numbers=()) -> None:
         table.setUpdatesEnabled(True)
 
 
+def _alt_default(a) -> str:
+    """The alt box's placeholder: the token an empty box compares with the target, and which of the
+    clean run's tokens it is (predict.dla_tokens' rule, for the target the analysis used)."""
+    top = a.clean.top_ids
+    if len(top) < 2:
+        return ""
+    alt = dla_tokens(top, a.target)[1]
+    return f"{'second' if alt == top[1] else 'top-1'}: {a.label(alt)}"
+
+
 def _p(logprob: float) -> str:
     return f"{np.exp(logprob):.3f}"
 
@@ -90,7 +101,7 @@ class PredictPanel(QWidget):
         for edit, which in ((self.target_edit, "target"), (self.alt_edit, "alt")):
             edit.setClearButtonEnabled(True)
             edit.setToolTip("A token as the vocabulary spells it (ĠParis), text that is one token, or "
-                            "#id; empty: the clean run's " + ("top-1" if which == "target" else "second"))
+                            "#id; empty: " + ("the clean run's top-1" if which == "target" else ALT_RULE))
             edit.editingFinished.connect(self._tokens_typed)
         row = QHBoxLayout()
         row.addWidget(self.target_edit)
@@ -187,8 +198,7 @@ class PredictPanel(QWidget):
         for label in (self.header, self.delta_label, self.lens_title):
             label.setToolTip(plain_tip(whole))
         self.target_edit.setPlaceholderText(f"top-1: {a.label(a.clean.top_ids[0])}")
-        self.alt_edit.setPlaceholderText(f"second: {a.label(a.clean.top_ids[1])}" if len(a.clean.top_ids) > 1
-                                         else "")
+        self.alt_edit.setPlaceholderText(_alt_default(a))
         rows = []
         for i in range(len(a.clean.top_ids)):
             row = [a.label(a.clean.top_ids[i]), _p(a.clean.top_logprobs[i])]
