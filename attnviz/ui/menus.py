@@ -250,7 +250,7 @@ MOUSE = (
     ("click a head in the grid", "show it large in the Focus head tab"),
     ("Shift+click a cell in the grid, or click a cell of the focus view", "make its row's token the query"),
     ("Alt+click a head in the grid", "switch it off (again: back on)"),
-    ("right-click a head in the grid", "a menu: switch it off (zero, or the mean over this text) or "
+    ("right-click a head in the grid", "a menu: switch it off (zero, or its mean over this text in the clean run) or "
                                        "back on, knock out the cell's query → key in this layer or "
                                        "every layer, restore the clean run"),
     ("right-click a cell of the focus view", "Why here?: what the score is made of"),

@@ -23,6 +23,6 @@ def test_a_right_click_opens_the_menu_the_help_describes(window, qtbot, monkeypa
     said = dict(MOUSE)
     assert not any(g.startswith("Alt+click or right-click") for g in said)
     menu_line = said["right-click a head in the grid"]
-    assert menu_line.startswith("a menu: switch it off (zero, or the mean over this text)")
+    assert menu_line.startswith("a menu: switch it off (zero, or its mean over this text in the clean run)")
     assert "knock out the cell's query \u2192 key in this layer or every layer" in menu_line
     assert said["Alt+click a head in the grid"] == "switch it off (again: back on)"

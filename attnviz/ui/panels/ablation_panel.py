@@ -124,7 +124,7 @@ class AblationPanel(QWidget):
         self.remove_button.clicked.connect(self._remove_selected)
         self.mode_combo = QComboBox()
         for m in MODES:
-            self.mode_combo.addItem({"zero": "zero (z = 0)", "mean": "mean over this text"}[m], m)
+            self.mode_combo.addItem({"zero": "zero (z = 0)", "mean": "mean over this text (clean run)"}[m], m)
         self.mode_combo.currentIndexChanged.connect(lambda _i: eff.set_mode(self.mode_combo.currentData()))
         g.addWidget(self.head_edit, 0, 0)
         g.addWidget(add, 0, 1)
