@@ -44,7 +44,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.compare_b import give_back, load_b
 from attnviz.ui.machinery.job import shared_relay
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.errors import Cancelled
 
@@ -207,7 +207,7 @@ class CompareJobs(QObject):
             return
         self.loading = None
         if error is not None:  # the app stays as it was, B included
-            self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
+            self.note = failure(f"Could not compare with {source.describe(a.name)}", describe_error(error))
             self.sigChanged.emit()
             return
         second, self.identity = value
@@ -400,7 +400,7 @@ class CompareJobs(QObject):
             self.worker.scores_after_frame()
             return
         if error is not None:
-            self.note = f"Could not compare: {describe_error(error)}"
+            self.note = failure("Could not compare", describe_error(error))
             self.sigChanged.emit()
             self.worker.scores_after_frame()
             return
@@ -457,7 +457,7 @@ class CompareJobs(QObject):
         if c is not self.comparison:
             return
         if error is not None:
-            self.note = f"No next-token numbers: {describe_error(error)}"
+            self.note = failure("Could not compute the next-token numbers", describe_error(error))
             self.sigChanged.emit()
             return
         numbers, self._known = value
