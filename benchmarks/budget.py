@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.byte_sizes import format_bytes
 from benchmarks import record
 
 GIB = 1 << 30
@@ -149,6 +150,27 @@ def _status() -> dict:
     return out
 
 
+def no_room(folder, free: int, expect: int) -> str:
+    """The refusal to write the file: the space free rounded down, what the file needs up."""
+    return (f"not enough disk space in {folder}: {format_bytes(free, 'down')} free, the file needs "
+            f"{format_bytes(expect, 'up')} (and 1 GiB to spare)")
+
+
+def budget_lines(budget: str, r: dict, goal: int | None) -> tuple[str, str]:
+    """One budget's row of the table and the line under it, sizes as the app writes them (the
+    goal, a limit, rounded down; the JSON line after them keeps the exact bytes)."""
+    ok = "" if goal is None else ("yes" if r["VmHWM"] <= goal else "NO")
+    goal_cell = "" if goal is None else format_bytes(goal, "down")
+    row = (f"{budget:>7} {r['load_s']:7.1f} {r['first_run_s']:7.1f} {r['first_heatmaps_s']:8.1f} "
+           f"{r['window_first_heatmaps_s']:9.1f} {r['keystroke_s']:7.1f} {r['kept']:>3}/{r['n_layer']:<2} "
+           f"{format_bytes(r['VmHWM']):>9} {goal_cell:>9}  {ok}")
+    detail = (f"        load average {r['load_average'][0]:.2f} before, {r['load_average'][1]:.2f} after; "
+              f"{r['memory']}; RSS after the first run {format_bytes(r['rss_after_first'])} "
+              f"(anonymous {format_bytes(r['RssAnon'])}, file {format_bytes(r['RssFile'])} at the end); "
+              f"{r['expansions']} layer expansions in all")
+    return row, detail
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", help="where the GGUF is written (default: a temporary folder)")
@@ -173,14 +195,13 @@ def main() -> int:
         if not path.exists() or path.stat().st_size < expect - (1 << 20):
             free = shutil.disk_usage(folder).free
             if free < expect + GIB:
-                print(f"not enough disk space in {folder}: {free / GIB:.1f} GiB free, the file needs "
-                      f"{expect / GIB:.1f} GiB (and 1 GiB to spare)", file=sys.stderr)
+                print(no_room(folder, free, expect), file=sys.stderr)
                 return 2
             t = time.perf_counter()
             write_model(path, s)
-            print(f"wrote {path} ({path.stat().st_size / GIB:.2f} GiB) in {time.perf_counter() - t:.0f} s")
+            print(f"wrote {path} ({format_bytes(path.stat().st_size)}) in {time.perf_counter() - t:.0f} s")
         size = path.stat().st_size
-        print(f"file: {params / 1e9:.2f}B parameters, Q4_0, {size / GIB:.2f} GiB ({size:,} bytes); "
+        print(f"file: {params / 1e9:.2f}B parameters, Q4_0, {format_bytes(size)} ({size:,} bytes); "
               f"T = {args.T}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
         print(f"{'budget':>7} {'load s':>7} {'run s':>7} {'first s':>8} {'window s':>9} {'key s':>7} "
               f"{'kept':>6} {'peak RSS':>9} {'goal':>9}  ok")
@@ -196,14 +217,7 @@ def main() -> int:
 
             b = parse_budget(budget)
             goal = size + b + GIB // 2 if b is not None else None
-            ok = "" if goal is None else ("yes" if r["VmHWM"] <= goal else "NO")
-            print(f"{budget:>7} {r['load_s']:7.1f} {r['first_run_s']:7.1f} {r['first_heatmaps_s']:8.1f} "
-                  f"{r['window_first_heatmaps_s']:9.1f} {r['keystroke_s']:7.1f} {r['kept']:>3}/{r['n_layer']:<2} "
-                  f"{r['VmHWM'] / GIB:8.2f}G {'' if goal is None else f'{goal / GIB:8.2f}G'}  {ok}")
-            print(f"        load average {r['load_average'][0]:.2f} before, {r['load_average'][1]:.2f} after; "
-                  f"{r['memory']}; RSS after the first run {r['rss_after_first'] / GIB:.2f} GiB "
-                  f"(anonymous {r['RssAnon'] / GIB:.2f}, file {r['RssFile'] / GIB:.2f} at the end); "
-                  f"{r['expansions']} layer expansions in all")
+            print("\n".join(budget_lines(budget, r, goal)))
             print("        json " + json.dumps(r))
             figures += [
                 record.figure(f"budget {budget}: peak RSS, a 3.2B Q4_0 model", r["VmHWM"] / GIB, "GiB",

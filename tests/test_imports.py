@@ -100,7 +100,7 @@ def test_the_tests_mirror_the_layers():
     assert [p.name for p in sorted((tests / "figures").glob("test_*.py"))
             if window.search(p.read_text("utf-8"))] == []
     assert sorted(p.name for p in tests.glob("test_*.py")) == [
-        "test_benchmark_burst.py", "test_benchmark_cold_start.py", "test_benchmark_gen_length.py", "test_benchmark_llamacpp.py",
+        "test_benchmark_budget.py", "test_benchmark_burst.py", "test_benchmark_cold_start.py", "test_benchmark_gen_length.py", "test_benchmark_llamacpp.py",
         "test_benchmark_qsteps_processes.py", "test_benchmark_report.py",
         "test_benchmark_scratch.py", "test_benchmark_scripts.py", "test_benchmark_streaming.py",
         "test_docs.py",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
@@ -70,7 +71,8 @@ def cmd_generate(args) -> int:
     print(text)
     last = gen.steps[-1]
     n = len(gen.steps)
+    # sizes as the Generate panel writes them, the exact count beside each
     print(f"-- {n} new token{'s' * (n != 1)}: {STOPPED.get(gen.stopped, gen.stopped)}; K and V at the last step: "
-          f"{last.kv_bytes:,} bytes for {tokens(last.T)}; held with their arrays' room for the next "
-          f"positions: {last.kv_held:,} bytes")
+          f"{format_bytes(last.kv_bytes)} ({last.kv_bytes:,} bytes) for {tokens(last.T)}; held with their "
+          f"arrays' room for the next positions: {format_bytes(last.kv_held)} ({last.kv_held:,} bytes)")
     return 0

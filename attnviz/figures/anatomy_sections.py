@@ -17,6 +17,7 @@ from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.figures.anatomy_parts import AnatomyView, Band, Block, Text, shape_text
 from attnviz.figures.render import MUTED, TEXT, figure_font
 from attnviz.figures.style import GOOD, WARNING
+from attnviz.figures.text_wrap import wrap
 
 MIN_FIT = 0.65  # a caption wider than its place is set smaller, down to this share of its size
 
@@ -73,13 +74,13 @@ class Cursor:
 
     def wrapped(self, t: str, font: QFont, color: QColor = MUTED) -> None:
         """Text wrapped to the width, one line after another."""
-        for line in wrap(t, font, self.inner):
+        for line in wrap(t, font, self.inner)[0]:
             self.text(line, font, color)
 
     def step(self, label: str) -> None:
         """An arrow down with what happens (wrapped to the width)."""
         s, m, small = self.s, self.m, self.small
-        parts = wrap(label, small, self.inner - 16 * s)
+        parts = wrap(label, small, self.inner - 16 * s)[0]
         lh = QFontMetricsF(small).height() * 1.15
         h = max(QFontMetricsF(small).height() * 1.5, lh * len(parts) + 4 * s)
         self.lines.append((QPointF(m + 6 * s, self.y + 2 * s), QPointF(m + 6 * s, self.y + h - 2 * s)))
@@ -95,20 +96,6 @@ class Cursor:
                   row_names=self.view.labels, **kw)
         self.blocks.append(b)
         return b
-
-
-def wrap(t: str, font: QFont, width: float) -> list[str]:
-    """`t` cut into lines no wider than `width` at `font`, at spaces."""
-    fm = QFontMetricsF(font)
-    out, line = [], ""
-    for word in t.split():
-        trial = f"{line} {word}".strip()
-        if fm.horizontalAdvance(trial) > width and line:
-            out.append(line)
-            line = word
-        else:
-            line = trial
-    return out + [line] if line else out
 
 
 def _header(c: Cursor) -> None:
@@ -296,8 +283,8 @@ def _cost_row(c: Cursor, cells, font: QFont, colors, widths, notes_below: bool) 
     right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
     left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
     pad = 4 * s
-    names = wrap(cells[0], font, widths[0] - pad) or [""]
-    notes = wrap(cells[4], font, c.inner - 4 * pad if notes_below else widths[4] - pad) if cells[4] else []
+    names = wrap(cells[0], font, widths[0] - pad)[0] or [""]
+    notes = wrap(cells[4], font, c.inner - 4 * pad if notes_below else widths[4] - pad)[0] if cells[4] else []
     lines = max(len(names), 1 if notes_below else len(notes), 1)
     for k, name in enumerate(names):
         c.table.append((QRectF(c.m, c.y + k * line_h, widths[0] - pad, line_h), name, font,

@@ -21,6 +21,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
+from attnviz.figures.text_wrap import wrap
 from attnviz.figures.numbers import plain_number, signed
 from attnviz.figures.painted import painted_cell, painted_in
 
@@ -311,37 +312,13 @@ def _paint_down_labels(p: QPainter, hm: HeadMap, lay: HeadMapLayout, f, n_layer:
                           QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, hm.column[0])
 
 
-def wrap(text: str, font, width: float, most: int = TITLE_LINES) -> tuple[tuple[str, ...], bool]:
-    """`text` broken at spaces into lines no wider than `width` in `font`, at most `most` of them,
-    the last ending in an ellipsis where more would be needed (a word wider than a line, too). ->
-    (the lines, whether they hold the text whole)."""
-    fm = QFontMetricsF(font)
-    words: list[str] = []
-    for word in text.split(" "):  # a number keeps the word after it ("3.123 nats", "L1 H0")
-        if words and words[-1][-1:].isdigit() and word[:1].isalpha():
-            words[-1] += " " + word
-        else:
-            words.append(word)
-    lines: list[str] = []
-    for word in words:
-        if lines and fm.horizontalAdvance(lines[-1] + " " + word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    whole = len(lines) <= most and all(fm.horizontalAdvance(line) <= width for line in lines)
-    if len(lines) > most:
-        lines[most - 1:] = [" ".join(lines[most - 1:])]
-    cut = [fm.elidedText(line, Qt.TextElideMode.ElideRight, width) for line in lines]
-    return tuple(cut), whole
-
-
 def heading(hm: HeadMap, width: float, across: bool):
     """The title and the caption wrapped to a picture `width` wide: (title lines, caption lines,
     (title whole, caption whole))."""
     room = max(1.0, width - 8)
-    title, title_whole = wrap(hm.title, figure_font(11, bold=True), room)
+    title, title_whole = wrap(hm.title, figure_font(11, bold=True), room, TITLE_LINES)
     lines, lines_whole = wrap(_caption(hm, across), figure_font(10), room, TITLE_LINES + bool(hm.note))
-    return title, lines, (title_whole, lines_whole)
+    return tuple(title), tuple(lines), (title_whole, lines_whole)
 
 
 def extra_label(name: str, value: float) -> str:

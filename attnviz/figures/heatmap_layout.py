@@ -19,6 +19,7 @@ from attnviz.figures import numbers
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import MUTED, TEXT, figure_font
 from attnviz.figures.style import axis_label, no_value_word
+from attnviz.figures.text_wrap import wrap
 from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -104,37 +105,8 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
         g = view.kv_group[view.head]
         shared = [h for h, k in enumerate(view.kv_group) if k == g]
         notes.append(f"KV head {g} shared by H{shared[0]}\u2013H{shared[-1]}")
-    lines += [(line, sub_font, MUTED) for line in wrap_notes(notes, sub_font, inner_w)]
+    lines += [(line, sub_font, MUTED) for line in wrap(notes, sub_font, inner_w)[0]]
     return lines
-
-
-def wrap_notes(notes: list[str], font: QFont, width: float) -> list[str]:
-    """The header's notes joined by " · " on as many lines as they need at `width` pixels: a note
-    that fits on a line of its own starts one rather than being split, a longer one breaks between
-    its words (a word wider than a line is cut with an ellipsis), so no note is lost to a cut."""
-    fm, sep = QFontMetricsF(font), "  \u00b7  "
-
-    def fits(text: str) -> bool:
-        return fm.horizontalAdvance(text) <= width
-
-    lines, line = [], ""
-    for note in notes:
-        whole = line + sep + note if line else note
-        if fits(whole):
-            line = whole
-            continue
-        if line and fits(note):
-            lines.append(line)
-            line = note
-            continue
-        for i, word in enumerate(note.split(" ")):
-            joined = (line + (" " if i else sep) + word) if line else word
-            if line and not fits(joined):
-                lines.append(line)
-                joined = word
-            line = joined
-    lines.append(line)
-    return [elide(text, font, width) for text in lines]
 
 
 def bar_ticks(view: ExportView) -> list[tuple[float, str]]:

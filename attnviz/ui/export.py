@@ -35,7 +35,7 @@ from attnviz.ui.views.grid_compare import compared_mode
 from attnviz.ui.views.notices import sentence
 from attnviz.ui.machinery.settings import app_settings, export_choices, remember_export
 from attnviz.ui.machinery.state import VIEW_MODES
-from attnviz.ui.machinery.runner import describe_error
+from attnviz.ui.machinery.runner import describe_error, failure
 from attnviz.engine.computing.request import RunRequest
 from attnviz.ui.views.fields import plain_label
 
@@ -468,7 +468,7 @@ class ExportDialog(QDialog):
         except (AttnvizError, OSError) as exc:
             message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)
-            self.show_error(f"Export failed: {message}")
+            self.show_error(failure("Export failed", message))
             return False
         finally:
             QApplication.restoreOverrideCursor()

@@ -311,11 +311,12 @@ class MainWindow(QMainWindow):
     def open_view(self, path: str) -> None:
         from attnviz.engine.errors import AttnvizError
         from attnviz.figures.data import open_sidecar
+        from attnviz.ui.machinery.runner import failure
 
         try:
             view = open_sidecar(path)
         except (AttnvizError, OSError, ValueError, KeyError) as exc:
-            self.show_error(f"Could not open view {path}: {exc}")
+            self.show_error(failure(f"Could not open view {path}", str(exc)))
             return
         model, st = view.get("model"), self.state
         if not model or model in (st.model_name, st.model_source):

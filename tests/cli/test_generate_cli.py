@@ -63,3 +63,16 @@ def test_the_summary_line_says_why_the_generation_ended_in_words(capsys):
                  "--ignore-eos"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("-- 1 new token: made the --max-new tokens asked for; K and V at the last step: "), last
+
+
+def test_the_summary_line_gives_sizes_as_the_panel_does_with_the_exact_bytes_beside(capsys):
+    from attnviz.engine.reading.byte_sizes import format_bytes
+
+    assert main(["generate", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4,1,5", "--max-new", "2",
+                 "--ignore-eos"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    step = G.generate(load_model(FIXTURES / "llama_gqa"), ids=[3, 1, 4, 1, 5], max_new=2, ignore_eos=True).steps[-1]
+    assert step.kv_bytes >= 1024 and step.kv_held >= 1024  # (so the formatter writes a unit, not bytes)
+    assert last.endswith(f"K and V at the last step: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes) "
+                         f"for {step.T} tokens; held with their arrays' room for the next positions: "
+                         f"{format_bytes(step.kv_held)} ({step.kv_held:,} bytes)"), last

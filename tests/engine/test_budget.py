@@ -196,11 +196,11 @@ def test_a_budget_below_one_layer_names_a_sharded_checkpoint_as_a_whole(tmp_path
     model = load_model(FIXTURES / "llama_sharded")
     with pytest.raises(InputError) as err:
         model.set_memory_budget(99)
-    assert str(err.value).startswith("the checkpoint in llama_sharded/: a memory budget of 99 bytes "), err.value
+    assert str(err.value).startswith("For the checkpoint in llama_sharded/, a memory budget of 99 bytes "), err.value
     single = load_model(tiny_llama(tmp_path / "m"))
     with pytest.raises(InputError) as err:
         single.set_memory_budget(99)
-    assert str(err.value).startswith("model.safetensors: a memory budget of 99 bytes "), err.value
+    assert str(err.value).startswith("For model.safetensors, a memory budget of 99 bytes "), err.value
 
 
 def test_a_missing_tensor_is_refused_at_load_whatever_the_budget(tmp_path):

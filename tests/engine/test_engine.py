@@ -191,7 +191,7 @@ def test_wrong_shape_prints_numbers(tmp_path):
 
 def test_unknown_model_type(tmp_path):
     cfg = llama_config(model_type="mamba")
-    with pytest.raises(ModelLoadError, match="'mamba' is not supported"):
+    with pytest.raises(ModelLoadError, match="sets model_type to 'mamba', which is not supported"):
         load_model(write_model(tmp_path / "m", cfg, llama_tensors(llama_config())))
 
 

@@ -87,26 +87,28 @@ def test_llama_cpp_rope_freqs_equal_the_llama3_scaling():
 
 BAD = [
     ("gemma3_old", {"layer_types": [LOCAL, GLOBAL, LOCAL]},
-     "config.json: layer_types is ['sliding_attention', 'full_attention', 'sliding_attention'], "
-     "expected one entry per layer (4, num_hidden_layers), not 3"),
+     "config.json sets layer_types to ['sliding_attention', 'full_attention', 'sliding_attention'], "
+     "but it must be a list of one entry per layer (4, num_hidden_layers), not 3"),
     ("gemma3_old", {"layer_types": [LOCAL, "global", LOCAL, GLOBAL]},
-     "config.json: layer_types holds 'global', expected 'sliding_attention' or 'full_attention'"),
+     "config.json lists 'global' in layer_types, but each entry must be 'sliding_attention' or "
+     "'full_attention'"),
     ("gemma3_old", {"sliding_window": 0},
-     "config.json: sliding_window is 0, expected a whole number (keys a query sees) in 1.."),
+     "config.json sets sliding_window to 0, but it must be a whole number (keys a query sees) in 1.."),
     ("gemma3_old", {"sliding_window": -4},
-     "config.json: sliding_window is -4, expected a whole number (keys a query sees) in 1.."),
+     "config.json sets sliding_window to -4, but it must be a whole number (keys a query sees) in 1.."),
     ("phi3", {"sliding_window": -4},
-     "config.json: sliding_window is -4, expected a whole number (keys a query sees) in 1.."),
+     "config.json sets sliding_window to -4, but it must be a whole number (keys a query sees) in 1.."),
     ("gemma3_old", {"sliding_window_pattern": 0},
-     "config.json: sliding_window_pattern is 0, expected a whole number"),
+     "config.json sets sliding_window_pattern to 0, but it must be a whole number"),
     ("gemma3_old", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-     "config.json: rope_scaling.rope_type 'dynamic' is not supported (supported: default, linear, llama3, yarn)"),
+     "config.json sets rope_scaling.rope_type to 'dynamic', which is not supported (supported: default, "
+     "linear, llama3, yarn)"),
     ("gemma3_old", {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
-     "config.json: rope_scaling.rope_type 'longrope' is not supported"),
+     "config.json sets rope_scaling.rope_type to 'longrope', which is not supported"),
     ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
-     "config.json: rope_parameters.rope_type 'longrope' is not supported"),
+     "config.json sets rope_parameters.rope_type to 'longrope', which is not supported"),
     ("gemma3_old", {"rope_scaling": {"rope_type": "linear"}},
-     "config.json: rope_scaling.factor is missing, expected a positive finite number"),
+     "config.json does not set rope_scaling.factor, which must be a positive finite number"),
     ("gemma3_old", {"attn_logit_softcapping": 50.0},
      "config.json sets attn_logit_softcapping to 50.0, but soft-capped logits are not supported yet "
      "(expected null)"),
@@ -166,15 +168,15 @@ V = gguf.GGUFValueType
 GGUF_BAD = [
     ("gemma3", lambda kv, a: kv.update({f"{a}.attention.sliding_window_pattern": (
         [True, True, False], (V.ARRAY, V.BOOL))}),
-     "bad.gguf: gemma3.attention.sliding_window_pattern is ['sliding_attention', "),
+     "bad.gguf sets gemma3.attention.sliding_window_pattern to ['sliding_attention', "),
     ("gemma3", lambda kv, a: kv.update({f"{a}.rope.scaling.type": ("longrope", (V.STRING,)),
                                         f"{a}.rope.scaling.factor": (4.0, (V.FLOAT32,))}),
-     "bad.gguf: gemma3.rope.scaling.type 'longrope' is not supported"),
+     "bad.gguf sets gemma3.rope.scaling.type to 'longrope', which is not supported"),
     ("gemma3", lambda kv, a: kv.update({f"{a}.attn_logit_softcapping": (50.0, (V.FLOAT32,))}),
      "bad.gguf sets gemma3.attn_logit_softcapping to 50.0, but soft-capped logits are not supported yet "
      "(expected null)"),
     ("phi3", lambda kv, a: kv.update({f"{a}.attention.sliding_window": (-3, (V.INT32,))}),
-     "bad.gguf: phi3.attention.sliding_window is -3, expected a whole number"),
+     "bad.gguf sets phi3.attention.sliding_window to -3, but it must be a whole number"),
     ("qwen3", lambda kv, a: kv.update({f"{a}.rope.scaling.type": ("yarn", (V.STRING,)),
                                        f"{a}.rope.scaling.factor": (4.0, (V.FLOAT32,)),
                                        f"{a}.rope.scaling.yarn_attn_factor": (0.5, (V.FLOAT32,))}),

@@ -92,7 +92,7 @@ def test_without_scores_the_file_is_refused(tmp_path):
     kv = spm_vocab_kv()
     del kv["tokenizer.ggml.scores"]
     path = write_vocab_gguf(tmp_path / "bad.gguf", kv)
-    with pytest.raises(ModelLoadError, match=r"bad.gguf: tokenizer.ggml.scores is missing"):
+    with pytest.raises(ModelLoadError, match=r"bad.gguf does not set tokenizer.ggml.scores, which must be one score per token"):
         gguf_tokenizer(open_gguf(path))
 
 

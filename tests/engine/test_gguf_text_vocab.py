@@ -130,7 +130,7 @@ def test_a_vocabulary_the_table_cannot_read_gets_the_whole_build_and_its_message
     kv["tokenizer.ggml.scores"] = kv["tokenizer.ggml.scores"][:-1]
     reader = open_gguf(write_vocab_gguf(tmp_path / "v.gguf", kv))
     for text in (None, "One, two"):
-        with pytest.raises(Exception, match="tokenizer.ggml.scores has 31,999 entries, expected one per token"):
+        with pytest.raises(Exception, match="gives tokenizer.ggml.scores 31,999 entries, but it must give one per token"):
             gguf_tokenizer(reader, text=text)
 
 

@@ -50,7 +50,7 @@ def test_a_single_file_without_its_final_norm_is_said_to_lack_it(tmp_path):
     ("model.norm.weight", np.ones(63, np.float32),
      "its final norm model.norm.weight has shape [63], but config.json implies [64]"),
     ("model.norm.weight", np.ones(64, np.int32),
-     "its final norm model.norm.weight is stored as I32, expected a float type"),
+     "its final norm model.norm.weight in model.safetensors is stored as I32, but it must be a float type"),
     ("lm_head.weight", np.ones((7, 64), np.float32),
      "its unembedding lm_head.weight has shape [7, 64], but config.json implies [48, 64]"),
 ])

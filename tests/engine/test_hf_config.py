@@ -56,7 +56,7 @@ def test_the_engine_reads_only_what_hugging_face_reads_the_calculator_every_spel
     llama2c = {"model_type": "llama", "dim": 64, "n_heads": 4, "n_layers": 2, "n_kv_heads": 1}
     calc = calc_inputs_from_config(llama2c)
     assert (calc.d_model, calc.n_head, calc.n_layer, calc.n_kv_head) == (64, 4, 2, 1)
-    with pytest.raises(Exception, match="hidden_size is missing"):
+    with pytest.raises(Exception, match="does not set hidden_size, which must be"):
         config_from_dict({**llama2c, "vocab_size": 10, "intermediate_size": 8,
                           "max_position_embeddings": 8})
 
@@ -65,6 +65,6 @@ def test_a_missing_gpt2_size_is_named_as_gpt2_spells_it():
     from attnviz.engine.errors import CalcError, ModelLoadError
     with pytest.raises(CalcError, match="has no n_embd"):
         calc_inputs_from_config({"model_type": "gpt2", "n_head": 4, "n_layer": 2})
-    with pytest.raises(ModelLoadError, match="n_embd is missing"):
+    with pytest.raises(ModelLoadError, match="does not set n_embd, which must be"):
         config_from_dict({"model_type": "gpt2", "n_head": 4, "n_layer": 2, "vocab_size": 10,
                           "n_positions": 8})

@@ -48,54 +48,54 @@ def _drop(key):
 # ---- config.json: (fixture, edit, what the message must say) --------------------------------------
 
 CONFIG_CASES = [
-    ("llama", _set(rms_norm_eps="x"), "rms_norm_eps is 'x', expected a positive finite number"),
-    ("llama", _set(rms_norm_eps=-1), "rms_norm_eps is -1, expected a positive finite number"),
-    ("llama", _set(rms_norm_eps=0), "rms_norm_eps is 0, expected a positive finite number"),
-    ("llama", _set(hidden_act="gelu_foo"), "hidden_act is 'gelu_foo', expected one of gelu, "),
+    ("llama", _set(rms_norm_eps="x"), "sets rms_norm_eps to 'x', but it must be a positive finite number"),
+    ("llama", _set(rms_norm_eps=-1), "sets rms_norm_eps to -1, but it must be a positive finite number"),
+    ("llama", _set(rms_norm_eps=0), "sets rms_norm_eps to 0, but it must be a positive finite number"),
+    ("llama", _set(hidden_act="gelu_foo"), "sets hidden_act to 'gelu_foo', but it must be one of gelu, "),
     ("llama", _set(hidden_act=None, model_type="llama"), None),  # null: the default, silu
-    ("llama", _set(rope_parameters="x"), "rope_parameters is 'x', expected an object"),
-    ("llama", _set(rope_scaling=[1, 2]), "rope_scaling is [1, 2], expected an object"),
-    ("llama", _set(rope_parameters={"rope_type": 5}), "rope_parameters.rope_type is 5, expected a string"),
-    ("llama", _set(rope_parameters={"rope_type": "dynamic"}), "rope_parameters.rope_type 'dynamic' is not supported"),
+    ("llama", _set(rope_parameters="x"), "sets rope_parameters to 'x', but it must be an object"),
+    ("llama", _set(rope_scaling=[1, 2]), "sets rope_scaling to [1, 2], but it must be an object"),
+    ("llama", _set(rope_parameters={"rope_type": 5}), "sets rope_parameters.rope_type to 5, but it must be a string"),
+    ("llama", _set(rope_parameters={"rope_type": "dynamic"}), "sets rope_parameters.rope_type to 'dynamic', which is not supported"),
     ("llama", _set(rope_parameters={"rope_theta": "big"}),
-     "rope_parameters.rope_theta is 'big', expected a positive finite number"),
-    ("llama", _set(rope_theta=-1.0), "rope_theta is -1.0, expected a positive finite number"),
-    ("llama", _set(num_key_value_heads=3), "num_key_value_heads is 3, expected a divisor of "
+     "sets rope_parameters.rope_theta to 'big', but it must be a positive finite number"),
+    ("llama", _set(rope_theta=-1.0), "sets rope_theta to -1.0, but it must be a positive finite number"),
+    ("llama", _set(num_key_value_heads=3), "sets num_key_value_heads to 3, but it must be a divisor of "
                                            "num_attention_heads = 8"),
-    ("llama", _set(num_key_value_heads=16), "num_key_value_heads is 16, expected a divisor of "
+    ("llama", _set(num_key_value_heads=16), "sets num_key_value_heads to 16, but it must be a divisor of "
                                             "num_attention_heads = 8"),
-    ("llama", _set(num_attention_heads=5), "hidden_size is 32, expected a multiple of "
+    ("llama", _set(num_attention_heads=5), "sets hidden_size to 32, but it must be a multiple of "
                                            "num_attention_heads = 5"),
-    ("llama", _set(head_dim=5), "head_dim is 5, expected an even head width"),
-    ("llama", _set(head_dim="4"), "head_dim is '4', expected a whole number"),
-    ("llama", _set(max_position_embeddings=0), "max_position_embeddings is 0, expected a whole "
+    ("llama", _set(head_dim=5), "sets head_dim to 5, but it must be an even head width"),
+    ("llama", _set(head_dim="4"), "sets head_dim to '4', but it must be a whole number"),
+    ("llama", _set(max_position_embeddings=0), "sets max_position_embeddings to 0, but it must be a whole "
                                                "number (positions) in 1.."),
-    ("llama", _set(max_position_embeddings=-5), "max_position_embeddings is -5, expected"),
-    ("llama", _set(vocab_size="many"), "vocab_size is 'many', expected a whole number"),
-    ("llama", _set(hidden_size=32.0), "hidden_size is 32.0, expected a whole number (hidden size"),
-    ("llama", _set(num_hidden_layers=True), "num_hidden_layers is true, expected a whole number"),
-    ("llama", _set(num_hidden_layers=10**9), "num_hidden_layers is 1000000000, expected a whole "
+    ("llama", _set(max_position_embeddings=-5), "sets max_position_embeddings to -5, but it must be"),
+    ("llama", _set(vocab_size="many"), "sets vocab_size to 'many', but it must be a whole number"),
+    ("llama", _set(hidden_size=32.0), "sets hidden_size to 32.0, but it must be a whole number (hidden size"),
+    ("llama", _set(num_hidden_layers=True), "sets num_hidden_layers to true, but it must be a whole number"),
+    ("llama", _set(num_hidden_layers=10**9), "sets num_hidden_layers to 1000000000, but it must be a whole "
                                              "number (layers, n_layer) in 1..1,024"),
-    ("llama", _drop("hidden_size"), "hidden_size is missing, expected a whole number"),
-    ("llama", _set(intermediate_size=None), "intermediate_size is null, expected a whole number"),
-    ("llama", _set(attention_bias="false"), "attention_bias is 'false', expected true or false"),
-    ("llama", _set(mlp_bias=1), "mlp_bias is 1, expected true or false"),
-    ("llama", _set(partial_rotary_factor="half"), "partial_rotary_factor is 'half', expected a number"),
-    ("llama", _set(model_type=["llama"]), "model_type ['llama'] is not supported"),
-    ("llama", _set(model_type="mamba"), "model_type 'mamba' is not supported"),
-    ("mistral", _set(sliding_window="x"), "sliding_window is 'x', expected a whole number"),
-    ("mistral", _set(sliding_window=-3), "sliding_window is -3, expected a whole number"),
-    ("bert", _set(hidden_act="swiglu"), "hidden_act is 'swiglu', expected one of"),
-    ("bert", _set(layer_norm_eps="1e-12"), "layer_norm_eps is '1e-12', expected a positive finite"),
-    ("bert", _set(head_dim=10), "head_dim is 10, expected hidden_size / num_attention_heads = 48 / 4"),
-    ("bert", _set(type_vocab_size="2"), "type_vocab_size is '2', expected a whole number"),
-    ("bert", _set(position_embedding_type="relative_key"), "position_embedding_type 'relative_key' "
-                                                          "is not supported"),
-    ("gpt2", _set(activation_function="gelu_foo"), "activation_function is 'gelu_foo', expected one of"),
-    ("gpt2", _set(layer_norm_epsilon=float("nan")), "layer_norm_epsilon is nan, expected a positive"),
-    ("gpt2", _set(n_embd=50), "n_embd is 50, expected a multiple of n_head = 4"),
+    ("llama", _drop("hidden_size"), "does not set hidden_size, which must be a whole number"),
+    ("llama", _set(intermediate_size=None), "sets intermediate_size to null, but it must be a whole number"),
+    ("llama", _set(attention_bias="false"), "sets attention_bias to 'false', but it must be true or false"),
+    ("llama", _set(mlp_bias=1), "sets mlp_bias to 1, but it must be true or false"),
+    ("llama", _set(partial_rotary_factor="half"), "sets partial_rotary_factor to 'half', but it must be a number"),
+    ("llama", _set(model_type=["llama"]), "sets model_type to ['llama'], which is not supported"),
+    ("llama", _set(model_type="mamba"), "sets model_type to 'mamba', which is not supported"),
+    ("mistral", _set(sliding_window="x"), "sets sliding_window to 'x', but it must be a whole number"),
+    ("mistral", _set(sliding_window=-3), "sets sliding_window to -3, but it must be a whole number"),
+    ("bert", _set(hidden_act="swiglu"), "sets hidden_act to 'swiglu', but it must be one of"),
+    ("bert", _set(layer_norm_eps="1e-12"), "sets layer_norm_eps to '1e-12', but it must be a positive finite"),
+    ("bert", _set(head_dim=10), "sets head_dim to 10, but it must be hidden_size / num_attention_heads = 48 / 4"),
+    ("bert", _set(type_vocab_size="2"), "sets type_vocab_size to '2', but it must be a whole number"),
+    ("bert", _set(position_embedding_type="relative_key"), "sets position_embedding_type to "
+                                                          "'relative_key', which is not supported for BERT"),
+    ("gpt2", _set(activation_function="gelu_foo"), "sets activation_function to 'gelu_foo', but it must be one of"),
+    ("gpt2", _set(layer_norm_epsilon=float("nan")), "sets layer_norm_epsilon to nan, but it must be a positive"),
+    ("gpt2", _set(n_embd=50), "sets n_embd to 50, but it must be a multiple of n_head = 4"),
     ("gpt2", _set(scale_attn_by_inverse_layer_idx="no"),
-     "scale_attn_by_inverse_layer_idx is 'no', expected true or false"),
+     "sets scale_attn_by_inverse_layer_idx to 'no', but it must be true or false"),
 ]
 
 
@@ -123,7 +123,7 @@ def test_config_field_named_with_value_and_expectation(tmp_path, kind, edit, mes
 
 def test_unknown_activation_fails_at_load_not_at_the_first_run(tmp_path):
     folder = tiny_llama(tmp_path / "m", hidden_act="quick_gelu")
-    with pytest.raises(ModelLoadError, match="hidden_act is 'quick_gelu'"):
+    with pytest.raises(ModelLoadError, match="sets hidden_act to 'quick_gelu', but it must be one of"):
         load_model(folder)
 
 
@@ -150,23 +150,26 @@ def test_config_file_that_is_not_a_json_object(tmp_path, content, message):
 
 def test_config_from_dict_names_the_source_and_its_own_field_names():
     names = {"rms_norm_eps": "llama.attention.layer_norm_rms_epsilon"}
-    with pytest.raises(ModelLoadError, match=r"^x\.gguf: llama\.attention\.layer_norm_rms_epsilon is "
-                                             r"'e', expected a positive finite number$"):
+    with pytest.raises(ModelLoadError, match=r"^x\.gguf sets llama\.attention\.layer_norm_rms_epsilon to "
+                                             r"'e', but it must be a positive finite number$"):
         config_from_dict(llama_config(rms_norm_eps="e"), source="x.gguf", names=names)
     with pytest.raises(ModelLoadError, match="config.json holds a list"):
         config_from_dict([])
+    with pytest.raises(ModelLoadError, match=r"^config\.json does not set model_type, which must be one of the "
+                                             r"supported types \(bert, .*\)$"):
+        config_from_dict({k: v for k, v in llama_config().items() if k != "model_type"})
 
 
 # ---- model.safetensors.index.json -----------------------------------------------------------------
 
 INDEX_CASES = [
-    (lambda d: d.update(weight_map=list(d["weight_map"])), "weight_map is a list, expected an object"),
+    (lambda d: d.update(weight_map=list(d["weight_map"])), "sets weight_map to a list, but it must be an object"),
     (lambda d: d["weight_map"].update({"model.norm.weight": 3}),
-     "weight_map['model.norm.weight'] is 3, expected the name of a shard file"),
+     "sets weight_map['model.norm.weight'] to 3, but it must be the name of a shard file"),
     (lambda d: d["weight_map"].update({"model.norm.weight": "../elsewhere.safetensors"}),
-     "is '../elsewhere.safetensors', expected the name of a shard file in the same folder"),
-    (lambda d: d.pop("weight_map"), "weight_map is missing"),
-    (lambda d: d.update(weight_map={}), "weight_map is empty"),
+     "to '../elsewhere.safetensors', but it must be the name of a shard file in the same folder"),
+    (lambda d: d.pop("weight_map"), "does not set weight_map, which must be an object of tensor name -> shard file name"),
+    (lambda d: d.update(weight_map={}), "sets weight_map to an empty object, but it must be an object"),
     (lambda d: d["weight_map"].update({"model.norm.weight": "model-00009.safetensors"}),
      "names shards that are missing: model-00009.safetensors"),
 ]
@@ -224,20 +227,20 @@ def test_valid_tokenizer_loads_and_runs(tmp_path):
 
 
 TOKENIZER_CASES = [
-    (None, 60, "model.vocab gives token 'w59' id 59, but the model's embedding has 50 rows "
-               "(config.json vocab_size): expected ids 0..49"),
-    (lambda s: s["model"]["vocab"].update(w9=50), None, "model.vocab gives token 'w9' id 50"),
-    (lambda s: s["model"]["vocab"].update(w9="9"), None, "model.vocab['w9'] is '9', expected a token id"),
-    (lambda s: s["model"]["vocab"].update(w9=-1), None, "model.vocab['w9'] is -1, expected a token id"),
-    (lambda s: s["added_tokens"][0].update(id=99), None, "added_tokens[0] gives token '<s>' id 99"),
-    (lambda s: s["added_tokens"][0].update(id="0"), None, "added_tokens[0].id is '0', expected a token id"),
+    (None, 60, "gives token 'w59' the id 59 (model.vocab), but the model's embedding has 50 rows "
+               "(config.json vocab_size), so ids must be in 0..49"),
+    (lambda s: s["model"]["vocab"].update(w9=50), None, "gives token 'w9' the id 50 (model.vocab)"),
+    (lambda s: s["model"]["vocab"].update(w9="9"), None, "sets model.vocab['w9'] to '9', but it must be a token id"),
+    (lambda s: s["model"]["vocab"].update(w9=-1), None, "sets model.vocab['w9'] to -1, but it must be a token id"),
+    (lambda s: s["added_tokens"][0].update(id=99), None, "gives token '<s>' the id 99 (added_tokens[0])"),
+    (lambda s: s["added_tokens"][0].update(id="0"), None, "sets added_tokens[0].id to '0', but it must be a token id"),
     (lambda s: s["post_processor"]["special_tokens"]["<s>"].update(ids=[77]), None,
-     "post_processor.special_tokens['<s>'].ids gives token '<s>' id 77"),
+     "gives token '<s>' the id 77 (post_processor.special_tokens['<s>'].ids)"),
     (lambda s: s["post_processor"]["special_tokens"]["<s>"].update(ids="0"), None,
-     "post_processor.special_tokens['<s>'].ids is '0', expected a list of token ids"),
-    (lambda s: s.update(model=[1]), None, "model is [1], expected an object with a vocab"),
-    (lambda s: s["model"].update(vocab="x"), None, "model.vocab is a string, expected an object"),
-    (lambda s: s.update(added_tokens={}), None, "added_tokens is an object, expected a list"),
+     "sets post_processor.special_tokens['<s>'].ids to '0', but it must be a list of token ids"),
+    (lambda s: s.update(model=[1]), None, "sets model to [1], but it must be an object with a vocab"),
+    (lambda s: s["model"].update(vocab="x"), None, "sets model.vocab to a string, but it must be an object"),
+    (lambda s: s.update(added_tokens={}), None, "sets added_tokens to an object, but it must be a list"),
 ]
 
 
@@ -266,8 +269,8 @@ def test_tensor_of_wrong_dtype_is_called_that_not_missing(tmp_path, dtype, name)
     t = llama_tensors(cfg)
     key = "model.layers.1.self_attn.k_proj.weight"
     t[key] = t[key].astype(dtype)
-    with pytest.raises(ModelLoadError, match=rf"tensor {key} is stored as {name}, expected a float "
-                                             r"type \(F32, F16, BF16, F64\)"):
+    with pytest.raises(ModelLoadError, match=rf"tensor {key} in model.safetensors is stored as {name}, but it "
+                                             r"must be a float type \(F32, F16, BF16, F64\)"):
         load_model(write_model(tmp_path / "m", cfg, t))
 
 
@@ -472,22 +475,22 @@ def _gguf_with(tmp_path, monkeypatch, overrides: dict, tensors_edit=None, qtype=
 
 GGUF_CASES = [
     ({"llama.embedding_length": ("x", V.STRING)},
-     "llama.embedding_length is 'x', expected a whole number (hidden size, d_model)"),
-    ({"llama.context_length": ([1, 2], V.ARRAY, V.UINT32)}, "llama.context_length is [1, 2], expected"),
+     "sets llama.embedding_length to 'x', but it must be a whole number (hidden size, d_model)"),
+    ({"llama.context_length": ([1, 2], V.ARRAY, V.UINT32)}, "sets llama.context_length to [1, 2], but it must be"),
     ({"llama.attention.layer_norm_rms_epsilon": ("tiny", V.STRING)},
-     "llama.attention.layer_norm_rms_epsilon is 'tiny', expected a positive finite number"),
+     "sets llama.attention.layer_norm_rms_epsilon to 'tiny', but it must be a positive finite number"),
     ({"llama.attention.layer_norm_rms_epsilon": (-1.0, V.FLOAT32)},
-     "llama.attention.layer_norm_rms_epsilon is -1.0, expected a positive finite number"),
-    ({"llama.rope.freq_base": ("x", V.STRING)}, "llama.rope.freq_base is 'x', expected a positive"),
+     "sets llama.attention.layer_norm_rms_epsilon to -1.0, but it must be a positive finite number"),
+    ({"llama.rope.freq_base": ("x", V.STRING)}, "sets llama.rope.freq_base to 'x', but it must be a positive"),
     ({"llama.attention.head_count_kv": (3, V.UINT32)},
-     "llama.attention.head_count_kv is 3, expected a divisor of llama.attention.head_count = 8"),
-    ({"llama.attention.key_length": ("8", V.STRING)}, "llama.attention.key_length is '8', expected"),
-    ({"llama.rope.dimension_count": ("8", V.STRING)}, "llama.rope.dimension_count is '8', expected"),
+     "sets llama.attention.head_count_kv to 3, but it must be a divisor of llama.attention.head_count = 8"),
+    ({"llama.attention.key_length": ("8", V.STRING)}, "sets llama.attention.key_length to '8', but it must be"),
+    ({"llama.rope.dimension_count": ("8", V.STRING)}, "sets llama.rope.dimension_count to '8', but it must be"),
     ({"llama.attention.sliding_window": ("x", V.STRING)},
-     "llama.attention.sliding_window is 'x', expected a whole number"),
-    ({"llama.rope.scaling.type": (5, V.UINT32)}, "llama.rope.scaling.type is 5, expected a string"),
-    ({"llama.block_count": DELETE}, "llama.block_count is missing, expected a whole number"),
-    ({"general.architecture": (5, V.UINT32)}, "general.architecture is 5, expected a string"),
+     "sets llama.attention.sliding_window to 'x', but it must be a whole number"),
+    ({"llama.rope.scaling.type": (5, V.UINT32)}, "sets llama.rope.scaling.type to 5, but it must be a string"),
+    ({"llama.block_count": DELETE}, "does not set llama.block_count, which must be a whole number"),
+    ({"general.architecture": (5, V.UINT32)}, "sets general.architecture to 5, but it must be a string"),
 ]
 
 
@@ -496,7 +499,7 @@ def test_gguf_metadata_of_the_wrong_type_is_named(tmp_path, monkeypatch, overrid
     path = _gguf_with(tmp_path, monkeypatch, overrides)
     with pytest.raises(ModelLoadError) as err:
         load_model(path)
-    assert f"bad.gguf: {message}" in str(err.value), str(err.value)
+    assert f"bad.gguf {message}" in str(err.value), str(err.value)
 
 
 def test_gguf_tokenizer_builds_and_runs(tmp_path, monkeypatch):
@@ -507,20 +510,20 @@ def test_gguf_tokenizer_builds_and_runs(tmp_path, monkeypatch):
 
 GGUF_TOKENIZER_CASES = [
     ({"tokenizer.ggml.token_type": ([1] * 40, V.ARRAY, V.INT32)},
-     "tokenizer.ggml.token_type has 40 entries, expected one per token of tokenizer.ggml.tokens (48)"),
-    ({"tokenizer.ggml.scores": ([0.0] * 47, V.ARRAY, V.FLOAT32)}, "tokenizer.ggml.scores has 47 entries"),
+     "gives tokenizer.ggml.token_type 40 entries, but it must give one per token of tokenizer.ggml.tokens (48)"),
+    ({"tokenizer.ggml.scores": ([0.0] * 47, V.ARRAY, V.FLOAT32)}, "gives tokenizer.ggml.scores 47 entries"),
     ({"tokenizer.ggml.tokens": (list(range(48)), V.ARRAY, V.UINT32)},
-     "tokenizer.ggml.tokens is [0, 1, 2, "),
+     "sets tokenizer.ggml.tokens to [0, 1, 2, "),
     ({"tokenizer.ggml.tokens": ([f"x{i}" for i in range(60)], V.ARRAY, V.STRING),
       "tokenizer.ggml.token_type": ([1] * 60, V.ARRAY, V.INT32)},
-     "tokenizer.ggml.tokens has 60 tokens, but the embedding token_embd.weight has 48 rows"),
+     "has 60 tokens in tokenizer.ggml.tokens, but its embedding token_embd.weight has 48 rows"),
     ({"tokenizer.ggml.token_type": (["n"] * 48, V.ARRAY, V.STRING)},
-     "tokenizer.ggml.token_type is ['n', "),
-    ({"tokenizer.ggml.model": (5, V.UINT32)}, "tokenizer.ggml.model is 5, expected a string"),
+     "sets tokenizer.ggml.token_type to ['n', "),
+    ({"tokenizer.ggml.model": (5, V.UINT32)}, "sets tokenizer.ggml.model to 5, but it must be a string"),
     ({"tokenizer.ggml.add_bos_token": (True, V.BOOL), "tokenizer.ggml.bos_token_id": (99, V.UINT32)},
-     "tokenizer.ggml.bos_token_id is 99, expected a token id in 0..47"),
-    ({"tokenizer.ggml.bos_token_id": ("0", V.STRING)}, "tokenizer.ggml.bos_token_id is '0', expected"),
-    ({"tokenizer.ggml.merges": (["zz qq"], V.ARRAY, V.STRING)}, "tokenizer.ggml.merges cannot be used"),
+     "sets tokenizer.ggml.bos_token_id to 99, but it must be a token id in 0..47"),
+    ({"tokenizer.ggml.bos_token_id": ("0", V.STRING)}, "sets tokenizer.ggml.bos_token_id to '0', but it must be"),
+    ({"tokenizer.ggml.merges": (["zz qq"], V.ARRAY, V.STRING)}, "gives tokenizer.ggml.merges that cannot be used with its tokenizer.ggml.tokens"),
 ]
 
 
@@ -530,7 +533,7 @@ def test_gguf_tokenizer_arrays_checked(tmp_path, monkeypatch, overrides, message
     path = _gguf_with(tmp_path, monkeypatch, overrides, tokenizer=True)
     with pytest.raises(ModelLoadError) as err:
         load_model(path)
-    assert f"bad.gguf: {message}" in str(err.value), str(err.value)
+    assert f"bad.gguf {message}" in str(err.value), str(err.value)
 
 
 def test_gguf_non_finite_tensor_refused_naming_it(tmp_path, monkeypatch):

@@ -159,7 +159,7 @@ def test_a_new_step_of_a_that_fails_to_compare_is_not_said_to_be_comparing(windo
         raise RuntimeError("no room")
     monkeypatch.setattr(pair.Follower, "follow", fails)
     st.set_checkpoint(16)
-    qtbot.waitUntil(lambda: w.compare_panel.note.text().startswith("Could not compare:"), timeout=WAIT)
+    qtbot.waitUntil(lambda: w.compare_panel.note.text().startswith("Could not compare. "), timeout=WAIT)
     assert g.shown_mode == "A" and g.mode_selector.waiting.isVisible()
     assert g.mode_selector.waiting.text() == "(could not compare: A's last run shown)"
     monkeypatch.setattr(pair.Follower, "follow", follow)

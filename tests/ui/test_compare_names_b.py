@@ -19,7 +19,7 @@ def test_a_refused_b_is_named_as_the_title_names_it(qtbot, tmp_path):
         qtbot.waitUntil(lambda: jobs.loading is None and "a pair needs" in jobs.note, timeout=WAIT)
         note = w.compare_panel.note.text()
         assert w.windowTitle().endswith(TOY_MODEL)
-        assert note.startswith("Could not compare with all-MiniLM-L6-v2: ")
+        assert note.startswith("Could not compare with all-MiniLM-L6-v2. ")
         assert f"{TOY_MODEL} has" in note and "all-MiniLM-L6-v2 has" in note and " model has" not in note
     finally:
         w.worker.wait_idle()

@@ -122,7 +122,7 @@ def test_dialog_sidecar_is_a_folder(qtbot, state, pair):
     dlg = _dialog(qtbot, state, pair / "fig.png")
     assert dlg.do_export() is False
     text = dlg.error.text()
-    assert f"cannot write {pair / 'fig.png.json'}: a folder has that name" in text, text
+    assert text == f"Export failed. Cannot write {pair / 'fig.png.json'}: a folder has that name.", text
     assert "Errno" not in text and not dlg.error.isHidden()
     assert snapshot(pair) == before
 
@@ -151,7 +151,7 @@ def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monk
     out = tmp_path / "fig.png"
     dlg = _dialog(qtbot, state, out)
     assert dlg.do_export() is False
-    assert dlg.error.text() == f"Export failed: cannot write {out}: a folder has that name"
+    assert dlg.error.text() == f"Export failed. Cannot write {out}: a folder has that name."
     assert describe_error(PermissionError(errno.EACCES, "Permission denied"), writing=out) == (
         f"cannot write {out}: Permission denied")
 

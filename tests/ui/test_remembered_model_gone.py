@@ -26,7 +26,7 @@ def test_a_remembered_model_since_deleted_opens_the_default_and_says_why(qtbot, 
     banner = widget(w, "error_banner")
     assert banner.isVisible()
     text = banner.text()
-    assert text.startswith(f"Could not open the last model, {gone}:")
+    assert text.startswith(f"Could not open the last model, {gone}. ")
     assert f"Opened {WINDOW_MODEL} instead" in text
     assert w.text_box.toPlainText() == "A text from the last session"
     assert w.windowTitle() == f"attnviz — {WINDOW_MODEL}"
@@ -39,6 +39,6 @@ def test_a_model_asked_for_is_not_replaced(qtbot, tmp_path):
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: widget(w, "error_banner").isVisible(), timeout=WAIT)
-    assert widget(w, "error_banner").text().startswith(f"Could not load model {gone}:")
+    assert widget(w, "error_banner").text().startswith(f"Could not load model {gone}. ")
     assert "No model is loaded." in widget(w, "error_banner").text()
     assert w.state.model is None and not w.state.loading

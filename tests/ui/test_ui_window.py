@@ -345,7 +345,7 @@ def test_a_bin_file_that_is_no_pickle_is_not_called_one(window, qtbot, tmp_path)
     banner = widget(window, "error_banner")
     qtbot.waitUntil(lambda: banner.isVisible(), timeout=WAIT)
     assert banner.text() == (
-        f"Could not load model {junk}: model.bin is not a model file attnviz can read: it is not a "
+        f"Could not load model {junk}. model.bin is not a model file attnviz can read: it is not a "
         "PyTorch checkpoint (neither torch.save's zip nor a pickle), a GGUF file or safetensors. "
         "attnviz opens a GGUF file (.gguf) or a model folder holding config.json and .safetensors "
         "weights. Still showing all-MiniLM-L6-v2.")

@@ -213,7 +213,7 @@ class LayerStore(Sequence):
         layers newly in the set are expanded when next asked for."""
         total = sum(self.sizes)
         if budget is not None and budget < max(self.sizes, default=0):
-            raise InputError(f"{self.source}: a memory budget of {format_bytes(budget, 'down')} is less "
+            raise InputError(f"For {self.source}, a memory budget of {format_bytes(budget, 'down')} is less "
                              f"than one layer expanded to float32 ({format_bytes(max(self.sizes), 'up')})")
         if budget is None or budget >= total:
             keep = set(range(len(self.sizes)))

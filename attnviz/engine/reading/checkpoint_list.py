@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.reading.validate import exists, read_json_object, show
+from attnviz.engine.reading.validate import exists, read_json_object, refusal, show
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +36,12 @@ class CheckpointInfo:
         return f"step {self.step}"
 
 
-def _number(entry, key, where, kind=float):
+def _number(entry, key, path, where, kind=float):
     value = entry.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ModelLoadError(f"{where}: {key} is {show(value)}, expected a number")
+        raise refusal(path, f"{where}.{key}", show(value), "a number")
     return kind(value)
 
 
@@ -51,27 +51,27 @@ def read_checkpoint_list(folder: Path) -> tuple[dict, list[CheckpointInfo]]:
     meta = read_json_object(path)
     items = meta.get("checkpoints")
     if not isinstance(items, list) or not items:
-        raise ModelLoadError(f"{path}: checkpoints is {show(items)}, expected a non-empty list")
+        raise refusal(path, "checkpoints", show(items) if "checkpoints" in meta else None, "a non-empty list")
     infos = []
     for i, e in enumerate(items):
-        where = f"{path} checkpoints[{i}]"
+        where = f"checkpoints[{i}]"
         if not isinstance(e, dict):
-            raise ModelLoadError(f"{where} is {show(e)}, expected an object")
+            raise refusal(path, where, show(e), "an object")
         step = e.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ModelLoadError(f"{where}: step is {show(step)}, expected a whole number >= 0")
+            raise refusal(path, f"{where}.step", None if "step" not in e else show(step),
+                          "a whole number >= 0")
         sub = e.get("folder", ".")
         parts = Path(sub).parts if isinstance(sub, str) else None
         if not parts and sub != "." or parts and (Path(sub).is_absolute() or ".." in parts):
-            raise ModelLoadError(f"{where}: folder is {show(sub)}, expected a folder inside "
-                                 f"{Path(folder).name}")
+            raise refusal(path, f"{where}.folder", show(sub), f"a folder inside {Path(folder).name}")
         head = e.get("induction_head")
         head = tuple(int(x) for x in head) if isinstance(head, list) and len(head) == 2 else None
-        infos.append(CheckpointInfo(i, step, _number(e, "tokens_seen", where, int),
-                                    _number(e, "train_loss", where), _number(e, "icl_score", where),
-                                    _number(e, "induction_score", where), head, sub))
+        infos.append(CheckpointInfo(i, step, _number(e, "tokens_seen", path, where, int),
+                                    _number(e, "train_loss", path, where), _number(e, "icl_score", path, where),
+                                    _number(e, "induction_score", path, where), head, sub))
     if any(b.step <= a.step for a, b in zip(infos, infos[1:])):
-        raise ModelLoadError(f"{path}: checkpoint steps must increase")
+        raise ModelLoadError(f"{path} lists checkpoint steps that do not increase; each must be above the one before")
     return meta, infos
 
 

@@ -11,7 +11,7 @@ from attnviz.engine.reading.hf_config import (
     attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
 )
 from attnviz.engine.reading.validate import (
-    Fields, exists, is_number, is_whole, json_kind, read_json_object, show,
+    Fields, exists, is_number, is_whole, json_kind, read_json_object, refusal, show,
 )
 
 # model_type -> family whose forward pass it uses
@@ -184,8 +184,8 @@ def _rope(f: Fields, key: str, p: dict, theta: float) -> Rope:
     if not isinstance(kind, str):
         raise f.error(f"{f.name(key)}.{kind_key}", "a string such as 'default'", kind)
     if kind not in ROPE_KINDS:
-        raise ModelLoadError(f"{f.source}: {f.name(key)}.{kind_key} {kind!r} is not supported "
-                             f"(supported: {', '.join(ROPE_KINDS)})")
+        raise ModelLoadError(f"{f.source} sets {f.name(key)}.{kind_key} to {kind!r}, which is not "
+                             f"supported (supported: {', '.join(ROPE_KINDS)})")
     if p.get("rope_theta") is not None:
         theta = f.positive_value(f"{f.name(key)}.rope_theta", p["rope_theta"], None)
     if kind == "default":
@@ -287,13 +287,25 @@ def _layer_types(f: Fields, n_layer: int, window: int | None, every: int | None)
     if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
         raise f.error("layer_types", f"a list of '{LOCAL}' or '{GLOBAL}', one per layer", listed)
     if len(listed) != n_layer:
-        raise f.error("layer_types", f"one entry per layer ({n_layer}, num_hidden_layers), "
+        raise f.error("layer_types", f"a list of one entry per layer ({n_layer}, num_hidden_layers), "
                       f"not {len(listed)}", listed)
     bad = next((t for t in listed if t not in (LOCAL, GLOBAL)), None)
     if bad is not None:
-        raise ModelLoadError(f"{f.source}: {f.name('layer_types')} holds {bad!r}, expected "
-                             f"'{LOCAL}' or '{GLOBAL}'")
+        raise ModelLoadError(f"{f.source} lists {bad!r} in {f.name('layer_types')}, but each entry must "
+                             f"be '{LOCAL}' or '{GLOBAL}'")
     return tuple(listed)
+
+
+def _model_type(f: Fields) -> str:
+    """The config's model_type, refused in one sentence where attnviz has no forward pass for it."""
+    model_type = f.raw.get("model_type")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        known = ", ".join(sorted(FAMILIES))
+        if "model_type" not in f.raw:
+            raise refusal(f.source, f.name("model_type"), None, f"one of the supported types ({known})")
+        raise ModelLoadError(f"{f.source} sets {f.name('model_type')} to {show(model_type)}, which is not "
+                             f"supported (supported: {known})")
+    return model_type
 
 
 def config_from_dict(raw: dict, source: str = "config.json",
@@ -314,11 +326,7 @@ def config_from_dict(raw: dict, source: str = "config.json",
         raw = {**GEMMA3_DEFAULTS, **{k: v for k, v in raw.items() if v is not None or k not in (
             "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")}}
     f = Fields(raw, source, names)
-    model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or model_type not in FAMILIES:
-        known = ", ".join(sorted(FAMILIES))
-        raise ModelLoadError(f"{source}: {f.name('model_type')} {show(model_type)} is not supported "
-                             f"(supported: {known})")
+    model_type = _model_type(f)
     family = FAMILIES[model_type]
 
     def size(name: str, **kw) -> int:
@@ -339,8 +347,8 @@ def config_from_dict(raw: dict, source: str = "config.json",
         )
         position = raw.get("position_embedding_type")
         if position not in (None, "absolute"):
-            raise ModelLoadError(f"{source}: BERT position_embedding_type {show(position)} is not "
-                                 "supported (only 'absolute')")
+            raise ModelLoadError(f"{source} sets position_embedding_type to {show(position)}, which is "
+                                 "not supported for BERT (only 'absolute')")
     elif family == "gpt2":
         values.update(
             n_kv_head=n_head, d_ff=size("d_ff", default=default_d_ff(model_type, d_model)),

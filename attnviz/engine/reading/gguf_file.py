@@ -23,7 +23,7 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.config import ModelConfig, config_from_dict
 from attnviz.engine.reading.gguf_tensors import GGUFTensors, tensor_table
 from attnviz.engine.reading.validate import (
-    cannot_read, exists, file_kind, is_whole, regular_file, show,
+    cannot_read, exists, file_kind, is_whole, refusal, regular_file, show,
 )
 
 GGUF_MAGIC = b"GGUF"
@@ -282,8 +282,7 @@ def source_name(reader: GGUFReader) -> str:
 def architecture(reader: GGUFReader) -> str:
     arch = metadata(reader, "general.architecture")
     if arch is not None and not isinstance(arch, str):
-        raise ModelLoadError(f"{source_name(reader)}: general.architecture is {show(arch)}, expected a "
-                             "string such as 'llama'")
+        raise refusal(source_name(reader), "general.architecture", show(arch), "a string such as 'llama'")
     if not isinstance(arch, str):
         raise ModelLoadError("GGUF metadata has no general.architecture")
     if arch not in ARCHITECTURES:
@@ -355,8 +354,8 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
                                         freq_divisors=tuple(float(x) for x in divisors)))
     rope_dims = meta("rope.dimension_count")
     if rope_dims is not None and not is_whole(rope_dims):
-        raise ModelLoadError(f"{source}: {arch}.rope.dimension_count is {show(rope_dims)}, expected "
-                             "a whole number (the head dimensions RoPE rotates)")
+        raise refusal(source, f"{arch}.rope.dimension_count", show(rope_dims),
+                      "a whole number (the head dimensions RoPE rotates)")
     if rope_dims is not None and int(rope_dims) != cfg.d_head:
         raise ModelLoadError(f"RoPE on {rope_dims} of {cfg.d_head} head dimensions (partial rotary) "
                              "is not supported yet")

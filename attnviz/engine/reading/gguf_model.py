@@ -45,7 +45,7 @@ from attnviz.engine.reading.layout import (
 )
 from attnviz.engine.reading.qpack import PACKED, PackedLayer, kernels_on, pack_parts, packed_nbytes
 from attnviz.engine.reading.tokenizer import TextTokenizer
-from attnviz.engine.reading.validate import is_whole, show
+from attnviz.engine.reading.validate import is_whole, refusal, show
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     def typed(key, check, expected, default=None):
         value = metadata(reader, key, default)
         if value is not None and not check(value):
-            raise ModelLoadError(f"{source}: {key} is {show(value)}, expected {expected}")
+            raise refusal(source, key, show(value), expected)
         return value
 
     def list_of(*kinds):  # set(map(type)): a C loop, no Python per token
@@ -324,8 +324,7 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     def token_id(key, n_tokens):
         value = typed(key, is_whole, "a token id (a whole number)")
         if value is not None and not 0 <= value < n_tokens:
-            raise ModelLoadError(f"{source}: {key} is {value:,}, expected a token id in "
-                                 f"0..{n_tokens - 1:,}")
+            raise refusal(source, key, f"{value:,}", f"a token id in 0..{n_tokens - 1:,}")
         return None if value is None else int(value)
 
     kind = typed("tokenizer.ggml.model", lambda v: isinstance(v, str), "a string such as 'gpt2'")
@@ -352,13 +351,13 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     scores = typed("tokenizer.ggml.scores", list_of(float, int), "a list of numbers")
     for key, values in (("tokenizer.ggml.token_type", types), ("tokenizer.ggml.scores", scores)):
         if values is not None and len(values) != len(tokens):
-            raise ModelLoadError(f"{source}: {key} has {len(values):,} entries, expected one per "
+            raise ModelLoadError(f"{source} gives {key} {len(values):,} entries, but it must give one per "
                                  f"token of tokenizer.ggml.tokens ({len(tokens):,})")
     n_tokens = len(tokens)
     if n_rows is not None and len(tokens) > n_rows:
         raise ModelLoadError(
-            f"{source}: tokenizer.ggml.tokens has {len(tokens):,} tokens, but the embedding "
-            f"token_embd.weight has {n_rows:,} rows: expected ids 0..{n_rows - 1:,}")
+            f"{source} has {len(tokens):,} tokens in tokenizer.ggml.tokens, but its embedding "
+            f"token_embd.weight has {n_rows:,} rows, so ids must be in 0..{n_rows - 1:,}")
     # llama.cpp's defaults where the file says nothing: a SentencePiece vocabulary adds BOS and
     # prefixes a space, a byte-level one does neither
     spm = kind == "llama"
@@ -368,8 +367,8 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     eos = token_id("tokenizer.ggml.eos_token_id", n_tokens)
     if spm:
         if scores is None:
-            raise ModelLoadError(f"{source}: tokenizer.ggml.scores is missing, expected one score "
-                                 "per token (SentencePiece merges by them)")
+            raise refusal(source, "tokenizer.ggml.scores", None, "one score per token (SentencePiece "
+                          "merges by them)")
         unk = token_id("tokenizer.ggml.unknown_token_id", n_tokens)
         space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
 
@@ -380,8 +379,8 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
         try:
             tok = vocab.byte_level_bpe(tokens, merges, pre)
         except Exception as exc:  # tokenizers raises a bare Exception (a merge of unknown tokens)
-            raise ModelLoadError(f"{source}: tokenizer.ggml.merges cannot be used with "
-                                 f"tokenizer.ggml.tokens: {exc}") from exc
+            raise ModelLoadError(f"{source} gives tokenizer.ggml.merges that cannot be used with its "
+                                 f"tokenizer.ggml.tokens ({exc})") from exc
         # control tokens (<|im_start|>, <|endoftext|>) match as whole tokens in typed text, as in
         # llama.cpp with parse_special; user-defined tokens too, without counting as special
         vocab.add_file_tokens(tok, tokens, types, (vocab.CONTROL,))

@@ -92,7 +92,7 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
     if budget is not None:
         if budget < largest:
             raise BudgetTooSmall(
-                f"{name}: a memory budget of {format_bytes(budget, 'down')} is less than one layer "
+                f"For {name}, a memory budget of {format_bytes(budget, 'down')} is less than one layer "
                 f"expanded to float32 ({format_bytes(largest, 'up')}); give at least that much "
                 "(--memory-budget)")
         return budget

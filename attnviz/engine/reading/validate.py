@@ -147,6 +147,14 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def refusal(source: Any, key: str, found: str | None, expected: str) -> ModelLoadError:
+    """One sentence for a value `source` gives `key` (`found` as the message shows it; None: the
+    key is not there at all) where `expected` must be."""
+    if found is None:
+        return ModelLoadError(f"{source} does not set {key}, which must be {expected}")
+    return ModelLoadError(f"{source} sets {key} to {found}, but it must be {expected}")
+
+
 def is_whole(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -173,8 +181,8 @@ class Fields:
     def error(self, key: str, expected: str, value: Any = MISSING) -> ModelLoadError:
         if value is Fields.MISSING:
             value = self.raw.get(key, Fields.MISSING)
-        found = "is missing" if value is Fields.MISSING else f"is {show(value)}"
-        return ModelLoadError(f"{self.source}: {self.name(key)} {found}, expected {expected}")
+        found = None if value is Fields.MISSING else show(value)
+        return refusal(self.source, self.name(key), found, expected)
 
     def pick(self, *keys: str) -> tuple[str, Any]:
         """(the first of `keys` that is set and not null, its value); (keys[0], None) if none is."""
@@ -238,15 +246,14 @@ def tokenizer_ids(spec: dict, path: Path) -> list[tuple[str, str, int]]:
     vocabulary, the added tokens and the post-processor's special tokens."""
     model = spec.get("model")
     if not isinstance(model, dict):
-        raise ModelLoadError(f"{path}: model is {show(model)}, expected an object with a vocab")
+        raise refusal(path, "model", show(model), "an object with a vocab")
     vocab = model.get("vocab")
     out: list[tuple[str, str, int]] = []
     if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel: token -> id
         ids = vocab.values()
         if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0):  # C loops, no Python per id
             token, i = next((t, i) for t, i in vocab.items() if not is_whole(i) or i < 0)
-            raise ModelLoadError(f"{path}: model.vocab[{show(token)}] is {show(i)}, "
-                                 "expected a token id (a whole number >= 0)")
+            raise refusal(path, f"model.vocab[{show(token)}]", show(i), "a token id (a whole number >= 0)")
         if vocab:
             token = max(vocab, key=vocab.get)
             out.append(("model.vocab", token, vocab[token]))
@@ -255,17 +262,16 @@ def tokenizer_ids(spec: dict, path: Path) -> list[tuple[str, str, int]]:
             out.append(("model.vocab", str(vocab[-1][0] if isinstance(vocab[-1], list) and vocab[-1]
                                            else vocab[-1]), len(vocab) - 1))
     elif vocab is not None:
-        raise ModelLoadError(f"{path}: model.vocab is {json_kind(vocab)}, expected an object of "
-                             "token -> id (or a list for a Unigram model)")
+        raise refusal(path, "model.vocab", json_kind(vocab), "an object of token -> id (or a list for "
+                      "a Unigram model)")
     added = spec.get("added_tokens")
     added = [] if added is None else added
     if not isinstance(added, list):
-        raise ModelLoadError(f"{path}: added_tokens is {json_kind(added)}, expected a list")
+        raise refusal(path, "added_tokens", json_kind(added), "a list")
     for n, entry in enumerate(added):
         i = entry.get("id") if isinstance(entry, dict) else None
         if not is_whole(i) or i < 0:
-            raise ModelLoadError(f"{path}: added_tokens[{n}].id is {show(i)}, expected a token id "
-                                 "(a whole number >= 0)")
+            raise refusal(path, f"added_tokens[{n}].id", show(i), "a token id (a whole number >= 0)")
         out.append((f"added_tokens[{n}]", str(entry.get("content")), int(i)))
     out.extend(_post_processor_ids(spec.get("post_processor"), "post_processor", path))
     return out
@@ -280,25 +286,24 @@ def _post_processor_ids(node: Any, where: str, path: Path) -> list[tuple[str, st
     specials = node.get("special_tokens")
     specials = {} if specials is None else specials
     if not isinstance(specials, dict):
-        raise ModelLoadError(f"{path}: {where}.special_tokens is {json_kind(specials)}, "
-                             "expected an object")
+        raise refusal(path, f"{where}.special_tokens", json_kind(specials), "an object")
     for name, special in specials.items():
         ids = special.get("ids") if isinstance(special, dict) else None
         field = f"{where}.special_tokens[{show(name)}].ids"
         if not isinstance(ids, list) or not all(is_whole(i) and i >= 0 for i in ids):
-            raise ModelLoadError(f"{path}: {field} is {show(ids)}, expected a list of token ids")
+            raise refusal(path, field, show(ids), "a list of token ids")
         out.extend((field, str(name), int(i)) for i in ids)
     for key in ("cls", "sep"):
         pair = node.get(key)
         if pair is None:
             continue
         if not (isinstance(pair, list) and len(pair) == 2 and is_whole(pair[1]) and pair[1] >= 0):
-            raise ModelLoadError(f"{path}: {where}.{key} is {show(pair)}, expected [token, id]")
+            raise refusal(path, f"{where}.{key}", show(pair), "[token, id]")
         out.append((f"{where}.{key}", str(pair[0]), int(pair[1])))
     subs = node.get("processors")
     subs = [] if subs is None else subs
     if not isinstance(subs, list):
-        raise ModelLoadError(f"{path}: {where}.processors is {json_kind(subs)}, expected a list")
+        raise refusal(path, f"{where}.processors", json_kind(subs), "a list")
     for n, sub in enumerate(subs):
         out.extend(_post_processor_ids(sub, f"{where}.processors[{n}]", path))
     return out
@@ -311,8 +316,8 @@ def check_token_ids(ids: list[tuple[str, str, int]], n_rows: int, path: Path, ro
     field, token, top = max(ids, key=lambda t: t[2])
     if top >= n_rows:
         raise ModelLoadError(
-            f"{path}: {field} gives token {show(token)} id {top:,}, but the model's embedding has "
-            f"{n_rows:,} rows ({rows_from}): expected ids 0..{n_rows - 1:,}")
+            f"{path} gives token {show(token)} the id {top:,} ({field}), but the model's embedding has "
+            f"{n_rows:,} rows ({rows_from}), so ids must be in 0..{n_rows - 1:,}")
 
 
 # ---- weights ------------------------------------------------------------------------------------

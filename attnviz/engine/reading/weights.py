@@ -17,7 +17,8 @@ from safetensors import SafetensorError, safe_open
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.validate import (
-    cannot_read, check_finite, check_shape, exists, json_kind, read_json_object, regular_file, show,
+    cannot_read, check_finite, check_shape, exists, json_kind, read_json_object, refusal, regular_file,
+    show,
 )
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -103,18 +104,16 @@ def shard_files(index: Path) -> list[Path]:
     tensor name -> file name in the same folder."""
     weight_map = read_json_object(index).get("weight_map", _MISSING)
     if weight_map is _MISSING:
-        raise ModelLoadError(f"{index}: weight_map is missing, expected an object of "
-                             "tensor name -> shard file name")
+        raise refusal(index, "weight_map", None, "an object of tensor name -> shard file name")
     if not isinstance(weight_map, dict):
-        raise ModelLoadError(f"{index}: weight_map is {json_kind(weight_map)}, expected an object of "
-                             "tensor name -> shard file name")
+        raise refusal(index, "weight_map", json_kind(weight_map), "an object of tensor name -> shard file name")
     if not weight_map:
-        raise ModelLoadError(f"{index}: weight_map is empty, expected tensor name -> shard file name")
+        raise refusal(index, "weight_map", "an empty object", "an object of tensor name -> shard file name")
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str) or not shard or shard in (".", "..") or any(
                 sep in shard for sep in ("/", "\\", "\0")):
-            raise ModelLoadError(f"{index}: weight_map[{show(tensor)}] is {show(shard)}, expected "
-                                 "the name of a shard file in the same folder")
+            raise refusal(index, f"weight_map[{show(tensor)}]", show(shard),
+                          "the name of a shard file in the same folder")
     files = [index.parent / name for name in sorted(set(weight_map.values()))]
     missing = [f.name for f in files if not exists(f)]
     if missing:
@@ -162,8 +161,8 @@ class TensorFile:
         info = self._header[name]
         dtype = FLOAT_DTYPES.get(info["dtype"])
         if dtype is None:
-            raise ModelLoadError(f"{self.path.name}: tensor {name} is stored as {info['dtype']}, "
-                                 f"expected a float type ({', '.join(FLOAT_DTYPES)})")
+            raise ModelLoadError(f"tensor {name} in {self.path.name} is stored as {info['dtype']}, but it "
+                                 f"must be a float type ({', '.join(FLOAT_DTYPES)})")
         begin, end = info["data_offsets"]
         raw = self._mmap[self._data_start + begin:self._data_start + end].view(dtype)
         return raw.reshape(info["shape"])
@@ -264,6 +263,6 @@ class Checkpoint:
             raise ModelLoadError(f"checkpoint has no tensor {name!r}")
         check_shape(name, tf.shape(name), shape, "config.json")
         if not tf.is_float(name):
-            raise ModelLoadError(f"{tf.path.name}: tensor {name} is stored as {tf.dtype(name)}, "
-                                 f"expected a float type ({', '.join(FLOAT_DTYPES)})")
+            raise ModelLoadError(f"tensor {name} in {tf.path.name} is stored as {tf.dtype(name)}, but it "
+                                 f"must be a float type ({', '.join(FLOAT_DTYPES)})")
         return np.zeros((1,) * len(shape), dtype=np.float32)

@@ -40,7 +40,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.compare_b import give_back, load_b
 from attnviz.ui.machinery.job import shared_relay
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.errors import AttnvizError, Cancelled
 
@@ -217,7 +217,7 @@ class CompareJobs(QObject):
                 self.close()
                 error = exc
         if error is not None:  # the app stays as it was, B included (but where closed just above)
-            self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
+            self.note = failure(f"Could not compare with {source.describe(a.name)}", describe_error(error))
             self.sigChanged.emit()
             return
         self.source, self.note = source, ""
@@ -405,7 +405,7 @@ class CompareJobs(QObject):
             return
         if error is not None:
             self.failed = describe_error(error)
-            self.note = f"Could not compare: {self.failed}"
+            self.note = failure("Could not compare", self.failed)
             self.sigChanged.emit()
             self.worker.scores_after_frame()
             return
@@ -462,7 +462,7 @@ class CompareJobs(QObject):
         if c is not self.comparison:
             return
         if error is not None:
-            self.note = f"No next-token numbers: {describe_error(error)}"
+            self.note = failure("Could not compute the next-token numbers", describe_error(error))
             self.sigChanged.emit()
             return
         numbers, self._known = value

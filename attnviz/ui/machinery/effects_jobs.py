@@ -37,7 +37,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.ui.machinery.loading import make_vocabulary_whole, warm_the_rest
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import below_the_main_thread
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ class EffectsJobs(QObject):
         if run is not eff.run:
             return
         if error is not None:
-            eff.set_note(f"Lens grid: {describe_error(error)}")
+            eff.set_note(failure("Could not compute the lens grid", describe_error(error)))
             return
         eff.set_lens_grid(value)
 
@@ -318,7 +318,7 @@ class EffectsJobs(QObject):
             return
         self._scan_id = None
         if error is not None:
-            eff.set_scan(None, note=f"Scan failed: {describe_error(error)}")
+            eff.set_scan(None, note=failure("The scan failed", describe_error(error)))
             return
         scan, what = value
         eff.set_scan(scan, what)

@@ -23,7 +23,7 @@ from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import warm_the_rest
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import capped_blas
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
@@ -173,7 +173,7 @@ class LongJobs(QObject):
             return
         if error is not None:
             if not isinstance(error, Cancelled):
-                self.state.show_status(f"Overview unavailable: {describe_error(error)}")
+                self.state.show_status(failure("Could not draw the overview", describe_error(error)))
             return
         self.long.set_images(**({"pane": value} if kind == PANE_KIND else {"tiles": value}))
 
@@ -249,7 +249,7 @@ class LongJobs(QObject):
         if g is None or g["job"] != job_id:
             return
         if error is not None:
-            self.gen.finish(f"failed: {describe_error(error)}")
+            self.gen.finish(failure("The generation failed", describe_error(error)))
             return
         self.gen.finish(gen.stopped)
 

@@ -164,7 +164,7 @@ class GenerationState(QObject):
         self.steps: list = []  # generate.Step, in order
         self.text = ""  # the sentence with the new tokens, as written into the box
         self.running = False
-        self.stopped = ""  # generate.Generation.stopped, "edited", or "failed: ..." once it ended
+        self.stopped = ""  # generate.Generation.stopped, "edited", or why it failed once it ended
         self.shown = -1
         self.refused = ""  # why the last request started nothing (the runner's one-line message)
         state.sigTextChanged.connect(self._on_text)

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import Cancelled, InputError
-from attnviz.ui.machinery.runner import THREAD, describe_error
+from attnviz.ui.machinery.runner import THREAD, describe_error, failure
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class PatchJobs(QObject):
         self.running, self._job_id = False, None
         if error is not None:
             # (a refusal reads as the checks before the run do; the last good map stays)
-            self.note = str(error) if isinstance(error, InputError) else f"Patching failed: {describe_error(error)}"
+            self.note = str(error) if isinstance(error, InputError) else failure("Patching failed", describe_error(error))
             if not isinstance(error, InputError):
                 log.warning("patching failed: %s", self.note)
             self._restore()

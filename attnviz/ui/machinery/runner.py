@@ -62,6 +62,23 @@ def describe_error(exc: BaseException, writing=None) -> str:
     return f"unexpected {type(exc).__name__}: {exc} (details in the log)"
 
 
+def failure(lead: str, why: str) -> str:
+    """What could not be done and why, as two sentences ("Could not load model x. x/config.json
+    sets ..."), never "lead: why", which would chain a second colon to any in the error. The
+    error keeps its words; it gets a capital only where it starts with a plain lowercase word
+    (not a file, path or key, whose case is its name)."""
+    why = str(why).strip()
+    first = why.split(maxsplit=1)[0] if why else ""
+    if first.isalpha() and first.islower():
+        why = why[0].upper() + why[1:]
+    return " ".join(_full_stop(part) for part in (lead, why) if part)
+
+
+def _full_stop(text: str) -> str:  # exactly one final period ('?' and '!' stay)
+    text = text.rstrip().rstrip(".").rstrip()
+    return text if text.endswith(("?", "!")) else text + "."
+
+
 class Runner(QObject):
     """Newest-wins background jobs per kind, on the POOL or a THREAD of their own (module docstring)."""
 

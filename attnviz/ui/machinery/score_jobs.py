@@ -27,7 +27,7 @@ from PySide6.QtCore import QObject, QTimer
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.parallel import cores
 from attnviz.ui.machinery.compare_jobs import compare_lacks
-from attnviz.ui.machinery.runner import THREAD, describe_error
+from attnviz.ui.machinery.runner import THREAD, describe_error, failure
 from attnviz.ui.machinery.score_timing import ScoreTiming
 from attnviz.ui.machinery.tuning import below_the_main_thread
 
@@ -198,7 +198,7 @@ class ScoreJobs(QObject):
             return  # another result or options are on their way
         if error is not None:
             log.warning("head scores failed: %s", describe_error(error))
-            st.set_text_scores(None, result, f"Scores unavailable: {describe_error(error)}")
+            st.set_text_scores(None, result, failure("Could not compute the scores", describe_error(error)))
             return
         st.set_text_scores(scores, result)
 
@@ -239,7 +239,7 @@ class ScoreJobs(QObject):
             return  # scored for another model or options: never shown
         if error is not None:
             log.warning("probe scores failed: %s", describe_error(error))
-            st.set_probe_scores(None, f"Scores unavailable: {describe_error(error)}")
+            st.set_probe_scores(None, failure("Could not compute the scores", describe_error(error)))
             return
         scores, probe = value
         if probe is not None:

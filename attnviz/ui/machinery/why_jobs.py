@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import Cancelled, InputError
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class CircuitsJobs(QObject):
             return
         self.running, self._job_id = False, None
         if error is not None:
-            self.note = f"Circuit scores failed: {describe_error(error)}"
+            self.note = failure("Could not compute the circuit scores", describe_error(error))
             if not isinstance(error, InputError):
                 log.warning("circuits failed: %s", self.note)
         else:

@@ -25,7 +25,7 @@ from attnviz.engine.errors import BudgetTooSmall
 from attnviz.ui.machinery.compare_jobs import compare_lacks
 from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked, make_vocabulary_whole
 from attnviz.ui.machinery.preview_timing import PreviewTiming
-from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error, failure
 from attnviz.ui.machinery.tuning import wide_blas
 
 log = logging.getLogger(__name__)
@@ -308,7 +308,7 @@ class Worker(Runner):
             return  # another model is shown now: its checkpoints, if any, are loading
         if error is not None:
             log.warning("checkpoints of %s unavailable: %s", model.name, error)
-            self.state.show_status(f"Training checkpoints unavailable: {describe_error(error)}")
+            self.state.show_status(failure("Could not read the training checkpoints", describe_error(error)))
         else:
             self.state.set_checkpoints(ckpts)
 

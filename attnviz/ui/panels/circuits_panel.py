@@ -142,12 +142,12 @@ class CircuitsPanel(QWidget):
     def export_to(self, path: str, width: int = 1200) -> list:
         from attnviz.figures.data import ExportError
         from attnviz.figures.panel_export import export_figure
-        from attnviz.ui.machinery.runner import describe_error
+        from attnviz.ui.machinery.runner import describe_error, failure
 
         try:
             written = export_figure(fig, self.view(), path, width)
         except (OSError, ExportError) as exc:
-            self.state.show_status(f"Export failed: {describe_error(exc, writing=path)}")
+            self.state.show_status(failure("Export failed", describe_error(exc, writing=path)))
             return []
         self.state.show_status(f"Exported {written[0]}")
         return written

@@ -12,6 +12,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 
 from attnviz.figures.compare_csv import csv_text
+from attnviz.ui.machinery.runner import failure
 
 
 def export_dialog(panel) -> None:
@@ -26,7 +27,7 @@ def export_dialog(panel) -> None:
             export(panel, path)
             remember_folder(path)
     except Exception as exc:  # noqa: BLE001  (one line in the panel; the app goes on)
-        panel.jobs.note = f"Could not export {path}: {exc}"
+        panel.jobs.note = failure(f"Could not export {path}", str(exc))
         panel.refresh()
 
 

@@ -146,10 +146,10 @@ class CorpusPanel(QWidget):
 
     def _on_read(self, path, got, error) -> None:
         if error is not None:
-            from attnviz.ui.machinery.runner import describe_error
+            from attnviz.ui.machinery.runner import describe_error, failure
 
-            shown = f"; still showing {self.scan.path}" if self.scan is not None else ""
-            self.status.setText(f"Cannot open scan {path}: {describe_error(error)}{shown}")
+            shown = f" Still showing {self.scan.path}." if self.scan is not None else ""
+            self.status.setText(failure(f"Cannot open scan {path}", describe_error(error)) + shown)
             self.sigScanRead.emit(None)
             return
         scan, (model, sha) = got
@@ -230,11 +230,11 @@ class CorpusPanel(QWidget):
 
     def _on_hashed(self, model, sha, error) -> None:
         if error is not None or not sha:
-            from attnviz.ui.machinery.runner import describe_error
+            from attnviz.ui.machinery.runner import describe_error, failure
 
             if model is self.state.model and self.scan is not None:
-                self.model_note.setText(f"Cannot read the files of {model.name} to compare them "
-                                        f"with the scan's model: {describe_error(error)}")
+                self.model_note.setText(failure(f"Cannot read the files of {model.name} to compare them "
+                                                "with the scan's model", describe_error(error)))
                 self.load_button.setText(menu_text(f"Load {self.scan.model_name}"))
                 self.load_button.show()
             return

@@ -266,9 +266,10 @@ class GeneratePanel(QWidget):
             self.status.setText(f"Generating: {n} token{'s' * (n != 1)} so far…")
         elif g.refused:
             self.status.setText(g.refused)
-        elif g.stopped:
-            self.status.setText(f"{n} new token{'s' * (n != 1)}: "
-                                f"{STOP_WORDS.get(g.stopped, g.stopped)}.")
+        elif g.stopped in STOP_WORDS:
+            self.status.setText(f"{n} new token{'s' * (n != 1)}: {STOP_WORDS[g.stopped]}.")
+        elif g.stopped:  # a failure, in sentences of its own
+            self.status.setText(f"{n} new token{'s' * (n != 1)}. {g.stopped}")
         else:
             self.status.setText("")
         self.slider.blockSignals(True)

@@ -33,6 +33,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patching as fig
 from attnviz.figures.numbers import signed
 from attnviz.figures.style import WARNING, axis_label
+from attnviz.ui.machinery.runner import failure
 from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
 from attnviz.ui.views.fields import fill, plain_label
 
@@ -447,7 +448,7 @@ class PatchingPanel(QWidget):
             try:
                 self.export(path)
             except Exception as exc:  # noqa: BLE001  (one line in the tab; the app goes on)
-                _say(self.note, f"Could not export {path}: {exc}")
+                _say(self.note, failure(f"Could not export {path}", str(exc)))
                 return
             remember_folder(path)
 

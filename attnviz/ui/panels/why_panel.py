@@ -147,13 +147,13 @@ class WhyPanel(QWidget):
         """Write the shown lists to `path` (the extension picks the format); the status bar says
         what was written or why not."""
         from attnviz.figures.panel_export import export_figure
-        from attnviz.ui.machinery.runner import describe_error
+        from attnviz.ui.machinery.runner import describe_error, failure
 
         v = self.view()
         try:
             written = export_figure(fig, v, path, width)
         except (OSError, fig.ExportError) as exc:
-            self.state.show_status(f"Export failed: {describe_error(exc, writing=path)}")
+            self.state.show_status(failure("Export failed", describe_error(exc, writing=path)))
             return []
         self.state.show_status(f"Exported {written[0]}")
         return written

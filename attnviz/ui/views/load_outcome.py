@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from attnviz.engine.reading.memory_budget import chosen_by_command_line
 from attnviz.ui.machinery import settings as remembered
+from attnviz.ui.machinery.runner import failure
 from attnviz.ui.views.notices import sentence, show_status
 
 
@@ -26,7 +27,7 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
         keep = sentence(stays[0].upper() + stays[1:])
         if outcome == "budget":
             keep += " Models > Memory budget sets another budget."
-        w.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
+        w.show_error(f"{failure(f'Could not load model {source}', message)} {keep}")
     else:
         w.pending_view = None
         stopped = f"Stopped loading {source}; {what_stays(w.state)}."
@@ -36,7 +37,7 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
 def open_instead(w, source: str, message: str, fallback: str) -> None:
     """The remembered model could not be opened (moved, deleted, its drive not mounted): the
     window's default opens, and the banner says why, while it loads and once it is shown."""
-    why = sentence(f"Could not open the last model, {source}: {message}")
+    why = failure(f"Could not open the last model, {source}", message)
     w.start_note = (fallback, f"{why} Opened {fallback} instead; Models and File open another")
     w.show_error(f"{why} Opening {fallback} instead")
     w.load_model(fallback)
@@ -56,7 +57,7 @@ def load_with_auto(w, source: str, message: str, fallback: str | None) -> None:
     w.budget_note = (f"The remembered memory budget{size} is less than one layer of {source} "
                      f"expanded to float32; {remembered.BUDGET_RESET}")
     w.start_fallback = fallback  # (should the load fail again for another reason)
-    w.show_error(f"{sentence(f'Could not load model {source}: {message}')} Loading it with the "
+    w.show_error(f"{failure(f'Could not load model {source}', message)} Loading it with the "
                  "memory budget auto instead")
     w.load_model(source)
 

@@ -204,7 +204,7 @@ class LongView(QWidget):
         from PySide6.QtWidgets import QFileDialog
 
         from attnviz.ui.export import export_folder, remember_folder
-        from attnviz.ui.machinery.runner import describe_error
+        from attnviz.ui.machinery.runner import describe_error, failure
 
         pic = self.picture()
         if pic is None:  # (the button is off meanwhile)
@@ -218,7 +218,7 @@ class LongView(QWidget):
         try:
             self.export_picture(path)
         except (AttnvizError, OSError) as exc:
-            self.readout.setText(f"Export failed: {describe_error(exc, writing=path)}")
+            self.readout.setText(failure("Export failed", describe_error(exc, writing=path)))
             return
         remember_folder(path)
         self.state.show_status(f"Exported {path}")
