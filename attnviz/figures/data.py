@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 import attnviz
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index
+from attnviz.engine.reading.file_write import temp_beside
 from attnviz.engine.reading.validate import read_json_object
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.view import Shown
@@ -291,12 +291,6 @@ def open_sidecar(path: str | os.PathLike) -> dict:
 # One transactional writer for every export (the command line and the window): a failed export
 # leaves each folder exactly as it was, the same names with the same bytes and no temporary files.
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def os_reason(exc: OSError) -> str:
     """Why an OSError happened, in words, without the "[Errno 21] ..." wrapping."""
     if exc.errno == errno.EISDIR:
@@ -331,15 +325,14 @@ def write_all(fd: int, data: bytes) -> None:
 def _stage(path: Path, data: bytes, temps: list[Path]) -> Path:
     """Write `data` to a new hidden temporary file next to `path`, flushed to disk; it is listed in
     `temps` as soon as it exists, so the caller removes it whatever happens next."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    temps.append(Path(tmp))
+    fd, tmp = temp_beside(path, ".tmp")
+    temps.append(tmp)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; exports are normal files
         write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
-    return Path(tmp)
+    return tmp
 
 
 def _keep_aside(path: Path, aside: dict[Path, tuple[Path, bool]]) -> None:
