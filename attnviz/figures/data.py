@@ -236,6 +236,18 @@ def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, he
     }
 
 
+def with_model_path(meta: dict, model_path: str | None) -> dict:
+    """A sidecar's dict with "model_path" after "model": where a model opened by path is
+    (registry.opened_path), which File > Open view reopens it from. Unchanged for a model opened
+    by name, which reopens by its name."""
+    if not model_path:
+        return meta
+    keys = list(meta)
+    at = keys.index("model") + 1 if "model" in keys else len(keys)
+    return {**{k: meta[k] for k in keys[:at]}, "model_path": model_path,
+            **{k: meta[k] for k in keys[at:]}}
+
+
 _REQUIRED = {"model": str, "text": str, "tokens": list, "layer": int, "scope": str,
              "colormap": str, "scale_mode": str, "hide_first": bool}
 
@@ -243,7 +255,7 @@ _REQUIRED = {"model": str, "text": str, "tokens": list, "layer": int, "scope": s
 def open_sidecar(path: str | os.PathLike) -> dict:
     """Read the sidecar of an exported image, given the image or the sidecar itself, and check it.
     Returns its dict (keys model, text, tokens, layer, head, scope, colormap, scale_mode, levels,
-    hide_first, ...). Raises ExportError saying what is wrong."""
+    hide_first, ..., and model_path for a model opened by path). Raises ExportError saying what is wrong."""
     p = Path(path)
     candidates = [p] if p.suffix.lower() == ".json" else [sidecar_path(p)]
     if p.suffix.lower() == ".json" and not p.exists():
@@ -282,6 +294,8 @@ def open_sidecar(path: str | os.PathLike) -> dict:
                           f"{', '.join(SCALE_MODES)}")
     if not isinstance(doc.setdefault("value_weighted", False), bool):  # (older views have none)
         raise ExportError(f"{found}: value_weighted should be true or false, got {doc['value_weighted']!r}")
+    if not isinstance(doc.get("model_path", ""), str):
+        raise ExportError(f"{found}: model_path should be a path, got {doc['model_path']!r}")
     doc.setdefault("head", None)
     doc["sidecar"] = str(found)
     return doc
