@@ -17,6 +17,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
 from attnviz.figures.data import DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH  # (no Qt: --help stays quick)
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.registry import opened_path
 
 OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
 
@@ -93,7 +94,8 @@ def cmd_export(args) -> int:
         with offscreen():
             from attnviz.figures.write import export_view
 
-            written = export_view(view, args.out, fmt=fmt, width=width)
+            written = export_view(view, args.out, fmt=fmt, width=width,
+                                  model_path=opened_path(args.model))
     else:  # numbers need no Qt at all
         written = write_numbers(view, args.out, fmt)
     shape = "x".join(str(n) for n in view.selected().shape)
@@ -163,7 +165,7 @@ def _export_anatomy(args, fmt: str) -> int:
         from attnviz.figures.write import export_view
 
         view = make_anatomy_view(model, result, layer, args.head, colormap)
-        written = export_view(view, args.out, fmt=fmt, width=width)
+        written = export_view(view, args.out, fmt=fmt, width=width, model_path=opened_path(args.model))
     lit = f", head {args.head} lit" if args.head is not None else ""
     print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {tokens(result.n_tokens)} "
           f"(+ sidecar {written[1].name})")
@@ -195,7 +197,7 @@ def _export_effects(args, fmt: str) -> int:
 
         view = effects_view(args.view, analysis, model=model.name, result=run.result,
                             kv_group=model.kv_group, typed=(target, alt))
-        written = export_view(view, args.out, fmt=fmt, width=width)
+        written = export_view(view, args.out, fmt=fmt, width=width, model_path=opened_path(args.model))
     changed = f", {analysis.ablation.describe()}" if analysis.changed is not None else ""
     print(f"{written[0]}: {args.view} after token {analysis.position} of {model.name}{changed}"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))

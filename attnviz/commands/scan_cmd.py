@@ -137,7 +137,7 @@ def cmd_scan_report(args) -> int:
     state = "complete" if m.complete else (
         f"not finished: {len(store.finished_batches(out, m.n_batches))} of {m.n_batches} batches")
     print(f"{out}: {m.model_name} ({plural(m.n_layer, 'layer')} x {plural(m.n_head, 'head')}) on {m.corpus}, "
-          f"{m.n_texts} texts, {state}; {plural(c['texts'], 'text')} stored, {plural(c['errors'], 'error')}")
+          f"{m.n_texts} texts, {state}; {plural(c['scanned'], 'text')} scanned, {plural(c['errors'], 'error')}")
     rows, means = report_rows(out, m)
     short = {"first_token_mass": "first", "entropy": "entropy", "mean_distance": "distance",
              "previous": "previous", "duplicate": "duplicate", "induction": "induction"}
@@ -148,16 +148,17 @@ def cmd_scan_report(args) -> int:
         ex = (f"{quoted(best.query_token)}@{best.query_pos} -> {quoted(best.key_token)}@{best.key_pos}, "
               f"{best.weight:.3f} (text {best.text_id})" if best else "-")
         print(f"{l:5d} {h:4d} {texts:6d} {nums}  {ex}")
-    print("means over the texts stored; entropy in nats, mean_distance in tokens; duplicate and "
-          "induction leave out texts with more than 20% unknown tokens")
+    print("means over the texts scanned (a text in errors.parquet gives none); entropy in nats, "
+          "mean_distance in tokens; duplicate and induction leave out texts with more than 20% "
+          "unknown tokens")
     from attnviz.commands.export_cmd import offscreen
     from attnviz.figures.data import write_atomic
 
     with offscreen():
         from attnviz.figures.corpus import means_png
 
-        data = means_png(means, HEAD_STATS, f"{m.model_name}: head means over {c['texts']} texts "
-                         f"of {Path(m.corpus).name}", width=args.width)
+        data = means_png(means, HEAD_STATS, f"{m.model_name}: head means over "
+                         f"{plural(c['scanned'], 'text')} of {Path(m.corpus).name}", width=args.width)
     write_atomic([(png, data)])
     print(f"{png}: layer x head means of {', '.join(HEAD_STATS)}")
     return 0

@@ -332,8 +332,10 @@ def text_of(out: Path, text_id: int) -> str | None:
 
 
 def counts(out: Path) -> dict:
-    """texts stored, head rows, error rows."""
+    """texts stored, error rows, texts scanned (those that gave statistics: every stored text but
+    its errors, which are stored in the texts table too), head rows. The scanned count is the one
+    the heads' means are over, to be shown wherever they are."""
     (texts,), = query(out, "SELECT count(*) FROM texts", tables=("texts",))
     (errors,), = query(out, "SELECT count(*) FROM errors", tables=("errors",))
     (rows,), = query(out, "SELECT count(*) FROM heads", tables=("heads",))
-    return {"texts": texts, "errors": errors, "head_rows": rows}
+    return {"texts": texts, "errors": errors, "scanned": texts - errors, "head_rows": rows}

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 import attnviz
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index
+from attnviz.engine.reading.file_write import temp_beside
 from attnviz.engine.reading.validate import read_json_object
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.view import Shown
@@ -236,6 +236,18 @@ def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, he
     }
 
 
+def with_model_path(meta: dict, model_path: str | None) -> dict:
+    """A sidecar's dict with "model_path" after "model": where a model opened by path is
+    (registry.opened_path), which File > Open view reopens it from. Unchanged for a model opened
+    by name, which reopens by its name."""
+    if not model_path:
+        return meta
+    keys = list(meta)
+    at = keys.index("model") + 1 if "model" in keys else len(keys)
+    return {**{k: meta[k] for k in keys[:at]}, "model_path": model_path,
+            **{k: meta[k] for k in keys[at:]}}
+
+
 _REQUIRED = {"model": str, "text": str, "tokens": list, "layer": int, "scope": str,
              "colormap": str, "scale_mode": str, "hide_first": bool}
 
@@ -243,7 +255,7 @@ _REQUIRED = {"model": str, "text": str, "tokens": list, "layer": int, "scope": s
 def open_sidecar(path: str | os.PathLike) -> dict:
     """Read the sidecar of an exported image, given the image or the sidecar itself, and check it.
     Returns its dict (keys model, text, tokens, layer, head, scope, colormap, scale_mode, levels,
-    hide_first, ...). Raises ExportError saying what is wrong."""
+    hide_first, ..., and model_path for a model opened by path). Raises ExportError saying what is wrong."""
     p = Path(path)
     candidates = [p] if p.suffix.lower() == ".json" else [sidecar_path(p)]
     if p.suffix.lower() == ".json" and not p.exists():
@@ -282,6 +294,8 @@ def open_sidecar(path: str | os.PathLike) -> dict:
                           f"{', '.join(SCALE_MODES)}")
     if not isinstance(doc.setdefault("value_weighted", False), bool):  # (older views have none)
         raise ExportError(f"{found}: value_weighted should be true or false, got {doc['value_weighted']!r}")
+    if not isinstance(doc.get("model_path", ""), str):
+        raise ExportError(f"{found}: model_path should be a path, got {doc['model_path']!r}")
     doc.setdefault("head", None)
     doc["sidecar"] = str(found)
     return doc
@@ -290,12 +304,6 @@ def open_sidecar(path: str | os.PathLike) -> dict:
 # --- atomic writes -----------------------------------------------------------------------------
 # One transactional writer for every export (the command line and the window): a failed export
 # leaves each folder exactly as it was, the same names with the same bytes and no temporary files.
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
 
 def os_reason(exc: OSError) -> str:
     """Why an OSError happened, in words, without the "[Errno 21] ..." wrapping."""
@@ -331,15 +339,14 @@ def write_all(fd: int, data: bytes) -> None:
 def _stage(path: Path, data: bytes, temps: list[Path]) -> Path:
     """Write `data` to a new hidden temporary file next to `path`, flushed to disk; it is listed in
     `temps` as soon as it exists, so the caller removes it whatever happens next."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    temps.append(Path(tmp))
+    fd, tmp = temp_beside(path, ".tmp")
+    temps.append(tmp)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; exports are normal files
         write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
-    return Path(tmp)
+    return tmp
 
 
 def _keep_aside(path: Path, aside: dict[Path, tuple[Path, bool]]) -> None:

@@ -452,10 +452,10 @@ class ExportDialog(QDialog):
         try:
             if scope == "anatomy":
                 self.written = export_view(anatomy_view(st), path, fmt=self.format.currentData(),
-                                           width=self.width_box.value())
+                                           width=self.width_box.value(), model_path=st.model_path)
             elif scope in EFFECT_VIEWS:
                 self.written = export_view(effects_view(st, scope), path, fmt=self.format.currentData(),
-                                           width=self.width_box.value())
+                                           width=self.width_box.value(), model_path=st.model_path)
             else:
                 weighted = self.value_weighted.isChecked()
                 self.written = export_result(
@@ -464,7 +464,7 @@ class ExportDialog(QDialog):
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
                     hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
                     checkpoint=checkpoint_record(st.model), value_weighted=weighted,
-                    ablation=changed_by(st))
+                    ablation=changed_by(st), model_path=st.model_path)
         except (AttnvizError, OSError) as exc:
             message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)

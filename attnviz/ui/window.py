@@ -22,7 +22,7 @@ from attnviz.ui.machinery.guard import install_exception_guard
 from attnviz.ui.machinery.tuning import StartUpCollection, thaw_objects
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
-from attnviz.ui.views.load_outcome import report_load
+from attnviz.ui.views.load_outcome import report_load, shows_model_of
 from attnviz.ui.menus import Menus, about_html, show_keys
 from attnviz.ui.views.notices import Notices, sentence, show_status
 from attnviz.ui.views.side_tabs import make_readable
@@ -318,13 +318,13 @@ class MainWindow(QMainWindow):
         except (AttnvizError, OSError, ValueError, KeyError) as exc:
             self.show_error(failure(f"Could not open view {path}", str(exc)))
             return
-        model, st = view.get("model"), self.state
-        if not model or model in (st.model_name, st.model_source):
+        if not view.get("model") or shows_model_of(view, self.state):
             self.apply_view(view, path)
             return
         self.pending_view = (view, path)  # applied once that model is loaded
-        if st.loading != model:
-            self.load_model(model)
+        source = view.get("model_path") or view["model"]  # (a model opened by path: that path)
+        if self.state.loading != source:
+            self.load_model(source)
 
     def apply_view(self, view: dict, path: str = "") -> None:
         """Show a view, all of it or (with a message) nothing of it."""

@@ -1,8 +1,11 @@
 """`attnviz quantize` on the command line: what it prints, its JSON, and its one-line errors."""
 
 import json
+import os
+from pathlib import Path
 
 import gguf
+import pytest
 
 from attnviz.cli import main
 from tests.tiny import FIXTURES
@@ -48,3 +51,24 @@ def test_quantize_errors_are_one_line_and_leave_no_file(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("attnviz quantize: error: ") and message in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_written_file_has_a_normal_files_permissions(tmp_path, capsys):
+    out = tmp_path / "m.gguf"
+    umask = os.umask(0o027)
+    try:
+        assert main(["quantize", "--model", str(FIXTURES / "llama_gqa"), "--type", "Q8_0", "--out", str(out)]) == 0
+    finally:
+        os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o640  # 0666 less the umask, not mkstemp's 0600
+
+
+@pytest.mark.parametrize("out", ["/sys/x.gguf", "/proc/x.gguf"])
+def test_a_folder_that_takes_no_file_is_named_with_the_output_not_the_temporary_file(out, capsys):
+    """Unwritable even for root (CI runs as root): sysfs and procfs take no new file."""
+    if not Path(out).parent.is_dir():
+        pytest.skip(f"no {Path(out).parent} here")
+    assert main(["quantize", "--model", str(FIXTURES / "llama_gqa"), "--type", "Q8_0", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnviz quantize: error: cannot write {out}: ") and err.count("\n") == 1, err
+    assert ".part" not in err and "Errno" not in err, err

@@ -472,6 +472,33 @@ def test_entries_that_cannot_be_run_land_in_errors_parquet_and_the_scan_goes_on(
     assert store.query(out2, "SELECT max(n_tokens) FROM heads")[0][0] == 16
 
 
+def test_scan_report_counts_the_texts_the_means_are_over_not_those_that_failed(qapp, tmp_path, capsys,
+                                                                              monkeypatch):
+    """A line that is not UTF-8 is stored (texts table) and in errors.parquet, but gives no
+    statistics: the report and its figure's title say 5 of the 6 texts, as each head's means are."""
+    from attnviz.corpus import store
+    from attnviz.figures import corpus as corpus_figures
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"the cat sat on the mat\n\xff\xfe broken line\nthe dog ran\na cat ran\n"
+                     b"the mat sat\nthe dog sat on the cat\n")
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
+                 "--workers", "0"]) == 0
+    m = store.read_manifest(out)
+    assert {int(n) for n in store.head_means(out, m.n_layer, m.n_head)["texts"].ravel()} == {5}
+    titles = []
+    real = corpus_figures.means_png
+    monkeypatch.setattr(corpus_figures, "means_png",
+                        lambda means, stats, title, **kw: titles.append(title) or real(means, stats, title,
+                                                                                       **kw))
+    capsys.readouterr()
+    assert main(["scan-report", str(out)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("6 texts, complete; 5 texts scanned, 1 error"), first
+    assert titles == ["attnviz-textbook: head means over 5 texts of c.txt"]
+
+
 def test_jsonl_lines_that_are_not_texts_are_recorded_with_their_line(tmp_path, capsys):
     from attnviz.corpus import store
 

@@ -14,6 +14,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from attnviz.engine.reading import file_write  # noqa: E402
 from attnviz.figures import data as export_data  # noqa: E402
 from attnviz.figures.data import ExportError, open_sidecar, write_atomic  # noqa: E402
 from export_files import SENTENCE, SMALL, Calls, export, half_then, old_pair, snapshot  # noqa: E402
@@ -175,7 +176,7 @@ def test_unwritable_folder_for_real(read_only_pair, run, name):
 def test_unwritable_folder_emulated(pair, run, monkeypatch, n):
     """No temporary file can be made: for the image (n=1) or only for its sidecar (n=2)."""
     before = snapshot(pair)
-    Calls(monkeypatch, export_data.tempfile, "mkstemp", n,
+    Calls(monkeypatch, file_write.tempfile, "mkstemp", n,
           PermissionError(errno.EACCES, "Permission denied"))
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)

@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.config import ModelConfig, Rope, read_config
+from attnviz.engine.reading.file_write import temp_beside
 from attnviz.engine.reading.gguf_file import (
     ARCHITECTURES,
     architecture,
@@ -113,17 +113,17 @@ def write_gguf(source, qtype: str, out, name: str | None = None) -> Written:
         written.counts[t.stored.name] = written.counts.get(t.stored.name, 0) + 1
         if t.stored == FALLBACK != qt and len(t.shape) == 2 and is_quantized(t.name, t.shape):
             written.kept_f16[t.name] = t.shape[-1]
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
-    os.close(fd)
-    tmp = Path(tmp)
+    tmp = None
     try:
+        fd, tmp = temp_beside(out, ".part")  # in the try: a folder that takes no file is named
+        os.close(fd)
         _write(tmp, arch, kv, tensors, qt)
         _check_reads_back(tmp, src_cfg)
         os.replace(tmp, out)
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             tmp.unlink()
     written.n_bytes = out.stat().st_size
     return written

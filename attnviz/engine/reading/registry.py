@@ -381,3 +381,11 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     raise ModelLoadError(
         f"no model named {text!r} (not a folder or file, not in the Hugging Face, llama.cpp, "
         "LM Studio or Ollama folders); `attnviz models` lists what is available")
+
+
+def opened_path(source: str | Path) -> str | None:
+    """Where a model opened by path (`source` names a file or folder on disk) is, as an absolute
+    path: what a view's sidecar reopens it by, from any folder. None for a name (or nothing), which
+    reopens by itself."""
+    path = Path(str(source)).expanduser() if source else None
+    return str(path.absolute()) if path is not None and path.exists() else None

@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.computing.text_input import clean_text
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES
+from attnviz.engine.reading.registry import opened_path
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.view import Shown, same_prefix
 from attnviz.ui.machinery.effects_state import Effects
@@ -190,6 +191,12 @@ class AppState(QObject, HeadScoresState):
         return ""
 
     # --- setters ----------------------------------------------------------------------------
+    @property
+    def model_path(self) -> str | None:
+        """Where the model was opened by path, absolute (None: by name): what an export's sidecar
+        reopens it by."""
+        return opened_path(self.model_source)
+
     def set_model(self, model, source: str = "") -> None:
         """A new model invalidates everything tied to the old one's shape; the text stays.
         `source`: what it was opened from (the runner's load request), else its name."""

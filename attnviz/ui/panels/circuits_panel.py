@@ -145,7 +145,7 @@ class CircuitsPanel(QWidget):
         from attnviz.ui.machinery.runner import describe_error, failure
 
         try:
-            written = export_figure(fig, self.view(), path, width)
+            written = export_figure(fig, self.view(), path, width, self.state.model_path)
         except (OSError, ExportError) as exc:
             self.state.show_status(failure("Export failed", describe_error(exc, writing=path)))
             return []

@@ -66,19 +66,20 @@ def sidecar(panel, path) -> dict:
     import attnviz
     from attnviz.engine.analysing.compare import identity
     from attnviz.engine.computing.checkpoints import checkpoint_record
-    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION, with_model_path
     from attnviz.ui.machinery.compare_jobs import side_name
 
     c, st, j = panel.jobs.comparison, panel.state, panel.jobs
     focus = st.focus
     ck = checkpoint_record(st.model)  # A's training step: File > Open view shows it again (apply_view)
-    return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
-            **({"checkpoint": ck} if ck else {}),
-            "view": "compare", "image": Path(path).name, "model": st.model_name,
-            "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
-            "head": focus[1] if focus is not None and focus[0] == st.layer else None,
-            "scope": "layer", "colormap": st.colormap, "scale_mode": st.scale_mode,
-            "hide_first": st.hide_first,
-            "compare": {"b_source": j.source.to_json(), "mode": j.mode,
-                        "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, side_name(st.model), checkpoint=ck),
-                        "b": j.identity, **c.doc, "induction": j.induction}}
+    doc = {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+           **({"checkpoint": ck} if ck else {}),
+           "view": "compare", "image": Path(path).name, "model": st.model_name,
+           "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
+           "head": focus[1] if focus is not None and focus[0] == st.layer else None,
+           "scope": "layer", "colormap": st.colormap, "scale_mode": st.scale_mode,
+           "hide_first": st.hide_first,
+           "compare": {"b_source": j.source.to_json(), "mode": j.mode,
+                       "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, side_name(st.model), checkpoint=ck),
+                       "b": j.identity, **c.doc, "induction": j.induction}}
+    return with_model_path(doc, st.model_path)

@@ -28,7 +28,7 @@ class ScanView:
     n_layer: int
     n_head: int
     n_texts: int
-    n_stored: int
+    n_scanned: int  # texts that gave statistics (store.counts)
     n_errors: int
     complete: bool
     means: dict  # stat -> float64 [n_layer, n_head]
@@ -37,13 +37,11 @@ class ScanView:
     first_error: str | None = None  # the lowest text_id's error, as errors.parquet has it
 
     def summary(self) -> str:
-        """The texts that gave statistics of all the corpus' (a text in errors.parquet is stored
-        in the texts table too, but gave none)."""
+        """The texts that gave statistics of all the corpus'."""
         done = "" if self.complete else " (scan not finished)"
-        scanned = self.n_stored - self.n_errors
         line = (f"{self.model_name} · {plural(self.n_layer, 'layer')} × {plural(self.n_head, 'head')} · "
-                f"{scanned} of {self.n_texts} texts scanned{done} · {plural(self.n_errors, 'error')}")
-        if scanned == 0 and self.first_error:
+                f"{self.n_scanned} of {self.n_texts} texts scanned{done} · {plural(self.n_errors, 'error')}")
+        if self.n_scanned == 0 and self.first_error:
             line += f". No text gave statistics: {self.first_error}"
         return line
 
@@ -61,12 +59,12 @@ def read_scan(path) -> ScanView:
         examples.setdefault((e.layer, e.head), []).append(e)
     coords = place_heads(means)
     first = None  # (read only where it is shown: no text gave statistics)
-    if c["errors"] and c["texts"] == c["errors"]:
+    if c["errors"] and not c["scanned"]:
         first = store.query(path, "SELECT text_id, error FROM errors ORDER BY text_id LIMIT 1",
                             tables=("errors",))
     return ScanView(path=path, model=m.model, model_name=m.model_name,
                     model_sha256=m.model_sha256, n_layer=m.n_layer,
-                    n_head=m.n_head, n_texts=m.n_texts, n_stored=c["texts"], n_errors=c["errors"],
+                    n_head=m.n_head, n_texts=m.n_texts, n_scanned=c["scanned"], n_errors=c["errors"],
                     complete=m.complete, means=means, examples=examples, coords=coords,
                     first_error=f"text {first[0][0]}: {first[0][1]}" if first else None)
 

@@ -455,7 +455,8 @@ class PatchingPanel(QWidget):
     def export(self, path, width: int | None = None):
         from attnviz.figures.panel_export import export_figure
 
-        return export_figure(fig, self.map.view, path, width or max(480, self.map.width()))
+        return export_figure(fig, self.map.view, path, width or max(480, self.map.width()),
+                             self.state.model_path)
 
 
 def install(window) -> None:

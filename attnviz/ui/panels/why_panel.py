@@ -151,7 +151,7 @@ class WhyPanel(QWidget):
 
         v = self.view()
         try:
-            written = export_figure(fig, v, path, width)
+            written = export_figure(fig, v, path, width, self.state.model_path)
         except (OSError, fig.ExportError) as exc:
             self.state.show_status(failure("Export failed", describe_error(exc, writing=path)))
             return []

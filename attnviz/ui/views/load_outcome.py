@@ -76,10 +76,18 @@ def loaded(w, model) -> None:
     w.statusBar().showMessage(f"Loaded {model.name}", 4000)
     if w.pending_view is not None:  # (before the notes: a view applied clears the banner)
         (view, path), w.pending_view = w.pending_view, None
-        if view.get("model") in (model.name, w.state.model_source):
+        if shows_model_of(view, w.state):
             w.apply_view(view, path)
         else:  # another model was opened while the view waited for its own
             w.statusBar().showMessage(f"Loaded {model.name}; the view of {view.get('model')} "
                                       "was not opened", 8000)
     if notes:  # (after a view that could not be opened, its line)
         w.show_error(" ".join([*(sentence(n) for n in notes), *filter(None, [w.notices.banner.text()])]))
+
+
+def shows_model_of(view: dict, state) -> bool:
+    """Whether `state`'s model is the one a view (a sidecar) was exported from: the file or folder
+    it names (model_path) where that model was opened by path, else the model of its name."""
+    if view.get("model_path"):
+        return state.model_path == view["model_path"]
+    return view.get("model") in (state.model_name, state.model_source)
