@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.engine.reading.byte_sizes import format_bytes
-from conftest import smollm2_file
+from attnviz.engine.reading.registry import smollm2_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
