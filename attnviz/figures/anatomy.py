@@ -96,14 +96,15 @@ def layout(view: AnatomyView, width: int, text_px: float | None = None) -> Anato
 
     `text_px`: the prose beside the figure (the panel's font, in pixels): the figure's text is
     sized to it (captions 11/12 of it, notes 10/12), whatever the width, and lines wrap instead.
-    Without it (an export), text scales with the width, never below MIN_FONT_SCALE."""
+    Without it (an export), text scales with the width, never below MIN_FONT_SCALE, and the figure
+    says nothing of clicks."""
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
     s = width / BASE_WIDTH
     # text stays readable in a narrow dock; lines wrap instead
     fs = text_px / DESIGN_TEXT_PX if text_px else max(s, MIN_FONT_SCALE)
     c = Cursor(view, s, fs, 12 * s, width - 24 * s, figure_font(11 * fs), figure_font(10 * fs),
-               figure_font(15 * fs, True), figure_font(11 * fs, True))
+               figure_font(15 * fs, True), figure_font(11 * fs, True), screen=text_px is not None)
     c.y = c.m
     for section in SECTIONS:
         section(c)

@@ -45,6 +45,7 @@ class Cursor:
     share_bars: list[tuple[int, QRectF]] = field(default_factory=list)
     table: list[tuple[QRectF, str, QFont, QColor, Qt.AlignmentFlag]] = field(default_factory=list)
     caption_fonts: dict = field(default_factory=dict)  # block key -> a smaller caption font
+    screen: bool = False  # laid out for the panel, where a click focuses a head (an export: no clicks)
 
     def fitted(self, t: str, font: QFont, width: float) -> QFont:
         """`font`, or the same set smaller (down to MIN_FIT of its size) so `t` fits in `width`:
@@ -159,7 +160,7 @@ def _projections(c: Cursor) -> None:
             c.caption_fonts[key] = font
     c.y += c.cap_h + w_h + 2 * s
     c.wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
-              f"; click a slice to focus its head", c.small, MUTED)
+              + ("; click a slice to focus its head" if c.screen else ""), c.small, MUTED)
     c.step(f"split: q into {plural(nh, 'head')} [T, {dh}], k and v into {plural(nkv, kv_word)}"
            + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
 

@@ -107,6 +107,20 @@ def format_of(path: str | os.PathLike) -> str:
     return ext
 
 
+def named_path(path: str | os.PathLike, fmt: str) -> tuple[Path, str]:
+    """The file an export chosen as `fmt` writes, and its format: a name without an extension gets
+    `fmt`'s; an extension of a format we write picks that format; any other is refused (ExportError),
+    never written under a name that says another format."""
+    p = Path(path)
+    if not p.suffix and p.name and not p.is_dir():  # (a folder is left for the writer to refuse)
+        return p.with_name(p.name.rstrip(".") + "." + fmt), fmt
+    ext = p.suffix.lower().lstrip(".")
+    if ext not in FORMATS and p.suffix:
+        raise ExportError(f"cannot export to {p.name!r}: .{ext} is not a format attnviz writes; end the "
+                          f"name in {', '.join('.' + f for f in FORMATS)} (the extension picks the format)")
+    return p, (ext if p.suffix else fmt)
+
+
 # --- numbers -----------------------------------------------------------------------------------
 
 def fmt_all(arr: np.ndarray, undefined: str = "nan") -> list[str]:

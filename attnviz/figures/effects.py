@@ -115,7 +115,30 @@ def numbers(view: EffectsView) -> dict:
     return out
 
 
+def about(view: EffectsView) -> str:
+    """What the numbers of a CSV export are, for its first header cell (as the heatmaps' CSV names
+    its options in a header): the query, the tokens compared, the unit and what was switched off."""
+    a = view.analysis
+
+    def token(i) -> str:
+        return f"{quoted(a.label(i))} (id {int(i)})"
+
+    parts = [f"after {quoted(view.labels[a.position])} (token {a.position})"]
+    if view.kind == "prediction":
+        parts.append("log-probs in nats")
+    elif view.kind == "lens":
+        parts += [f"target {token(a.target)}", "raw logit lens, log-probs in nats"]
+    else:
+        parts.append(f"each cell a part of logit({token(a.target)}) − logit({token(a.alt)}) = "
+                     f"{a.dla.logit_diff:.6f}, in logits")
+    if a.ablation.active:
+        parts.append(f"changed run: {a.ablation.describe()}")
+    return "; ".join(parts)
+
+
 def csv_text(view: EffectsView) -> str:
+    """The view's numbers, one row a rank, a layer or (DLA) a layer's heads and MLP, then the
+    embeddings' and the biases' parts; the first header cell says what they are (`about`)."""
     a = view.analysis
     if view.kind == "prediction":
         rows = [["rank", "id", "token", "logprob"] + (["changed_id", "changed_token", "changed_logprob"]
@@ -137,6 +160,7 @@ def csv_text(view: EffectsView) -> str:
         rows = [["layer"] + [f"H{h}" for h in range(n_head)] + ["mlp"]]
         rows += [[l] + [f"{x:.6f}" for x in d.heads[l]] + [f"{d.mlp[l]:.6f}"] for l in range(len(d.mlp))]
         rows += [["embed", f"{d.embed:.6f}"], ["bias", f"{d.bias:.6f}"]]
+    rows[0][0] = f"{rows[0][0]} ({about(view)})"
     buf = io.StringIO()
     import csv
 
@@ -145,16 +169,35 @@ def csv_text(view: EffectsView) -> str:
 
 
 def npy_array(view: EffectsView) -> np.ndarray:
-    """The view's main array: top-k log-probs [k] (with the changed run's: [2, k]), the lens's
-    [n_layer, 3] (top log p, target log p, target rank from 1) or DLA's heads [n_layer, n_head]."""
+    """The view's numbers as one NumPy record (a 0-d structured array, read without pickle: `a =
+    np.load(path); a["dla"]`), its fields the JSON's keys (`numbers`): position, target, alt and
+    their tokens, ablation (Ablation.describe, "" for the clean run) and the view's arrays: the
+    top-k's top_id, top_token, top_logprob (and changed_top_*, delta_target_logprob); the lens's
+    top_id, top_token, top_logprob, target_logprob, target_rank (from 1) per layer; or DLA's
+    logit_diff, dla [n_layer, n_head], mlp [n_layer], embed and bias, in logits."""
     a = view.analysis
-    if view.kind == "prediction":
-        lp = a.clean.top_logprobs
-        return np.stack([lp, a.changed.top_logprobs]) if a.changed is not None else np.asarray(lp)
+    fields = {"position": a.position, "target": a.target, "target_token": a.label(a.target),
+              "alt": a.alt, "alt_token": a.label(a.alt),
+              "ablation": a.ablation.describe() if a.ablation.active else ""}
+    tops = [("", a.clean)] + ([("changed_", a.changed)] if view.kind == "prediction" and a.changed is not None else [])
     if view.kind == "lens":
-        L = a.lens
-        return np.stack([L.top_logprobs, L.target_logprobs, lens_ranks(L).astype(np.float64)], axis=1)
-    return np.asarray(a.dla.heads)
+        tops = [("", a.lens)]
+    if view.kind != "dla":
+        for pre, p in tops:
+            fields.update({f"{pre}top_id": p.top_ids, f"{pre}top_token": [a.label(i) for i in p.top_ids],
+                           f"{pre}top_logprob": p.top_logprobs})
+    if view.kind == "prediction" and a.changed is not None:
+        fields["delta_target_logprob"] = a.delta_target()
+    elif view.kind == "lens":
+        fields.update({"target_logprob": a.lens.target_logprobs, "target_rank": lens_ranks(a.lens)})
+    elif view.kind == "dla":
+        d = a.dla
+        fields.update({"logit_diff": d.logit_diff, "dla": d.heads, "mlp": d.mlp, "embed": d.embed, "bias": d.bias})
+    arrays = {k: np.asarray(v) for k, v in fields.items()}
+    record = np.zeros((), dtype=[(k, v.dtype, v.shape) for k, v in arrays.items()])
+    for k, v in arrays.items():
+        record[k] = v
+    return record
 
 
 def number_bytes(view: EffectsView, fmt: str) -> bytes:

@@ -28,6 +28,7 @@ from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
     COLORMAPS, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, MAX_WIDTH, MIN_WIDTH, NOTHING_YET, ExportError,
+    named_path,
 )
 from attnviz.figures.style import ERROR, WARNING
 from attnviz.figures.write import export_result, export_view
@@ -284,7 +285,8 @@ class ExportDialog(QDialog):
                                        "what it sends through the head, not only by its weight")
         self.path_edit = QLineEdit()
         self.path_edit.setMinimumWidth(380)
-        self.path_edit.setToolTip("File to write; the extension picks the format")
+        self.path_edit.setToolTip("File to write; the extension picks the format (a name without one "
+                                  "gets the chosen format's)")
         browse = QPushButton("Browse\u2026")
         browse.clicked.connect(self.browse)
         path_row = QHBoxLayout()
@@ -441,6 +443,11 @@ class ExportDialog(QDialog):
         path = Path(text).expanduser()
         if not path.is_absolute():
             path = self.folder() / path  # a bare name goes where the dialog suggested, not the cwd
+        try:
+            path, fmt = named_path(path, self.format.currentData())
+        except ExportError as exc:
+            self.show_error(f"Export failed: {exc}")
+            return False
         scope = self.scope.currentData()
         layer, head = st.layer, None
         if scope == "head":
@@ -451,10 +458,10 @@ class ExportDialog(QDialog):
         QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
         try:
             if scope == "anatomy":
-                self.written = export_view(anatomy_view(st), path, fmt=self.format.currentData(),
+                self.written = export_view(anatomy_view(st), path, fmt=fmt,
                                            width=self.width_box.value(), model_path=st.model_path)
             elif scope in EFFECT_VIEWS:
-                self.written = export_view(effects_view(st, scope), path, fmt=self.format.currentData(),
+                self.written = export_view(effects_view(st, scope), path, fmt=fmt,
                                            width=self.width_box.value(), model_path=st.model_path)
             else:
                 weighted = self.value_weighted.isChecked()
@@ -462,7 +469,7 @@ class ExportDialog(QDialog):
                     _with_values(st) if weighted else st.result, path, model=st.model_name,
                     scope=scope, layer=layer, head=head, width=self.width_box.value(),
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
-                    hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
+                    hide_first=self.hide_first.isChecked(), fmt=fmt,
                     checkpoint=checkpoint_record(st.model), value_weighted=weighted,
                     ablation=changed_by(st), model_path=st.model_path)
         except (AttnvizError, OSError) as exc:
@@ -472,7 +479,7 @@ class ExportDialog(QDialog):
             return False
         finally:
             QApplication.restoreOverrideCursor()
-        remember_export(self.settings, path.parent.resolve(), self.format.currentData(), scope,
+        remember_export(self.settings, path.parent.resolve(), fmt, scope,
                         self.width_box.value())
         self.show_error("")
         st.show_status(f"Exported {path.resolve()}" + (f" and {self.written[1].name}"

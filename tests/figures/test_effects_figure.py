@@ -2,6 +2,7 @@
 analysis's own (DLA's parts add up to the logit difference), a DLA PNG paints each head's cell in
 the colour of its sign, and an image's sidecar opens as a view that names the ablation."""
 
+import io
 import json
 
 import numpy as np
@@ -43,8 +44,54 @@ def test_the_numbers_are_the_analysis_own(views, tmp_path):
     lens = json.loads(fig.number_bytes(views["lens"], "json"))["lens"]
     assert len(lens) == 2 and lens[-1]["target_logprob"] == pytest.approx(float(a.changed.logprobs[a.target]))
     (tmp_path / "l.npy").write_bytes(fig.number_bytes(views["lens"], "npy"))
-    assert np.load(tmp_path / "l.npy").shape == (2, 3)
-    assert fig.csv_text(views["prediction"]).splitlines()[0].startswith("rank,id,token,logprob,changed_id")
+    assert np.load(tmp_path / "l.npy")["target_logprob"].shape == (2,)
+    assert fig.csv_text(views["prediction"]).splitlines()[0].endswith(",id,token,logprob,changed_id,"
+                                                                     "changed_token,changed_logprob")
+
+
+def _csv(view) -> tuple[str, list[list[str]]]:
+    """A CSV export's first header cell and its rows after the header."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(fig.csv_text(view))))
+    return rows[0][0], rows[1:]
+
+
+def test_each_csv_and_npy_says_what_its_numbers_are_about(views):
+    """The CSVs name the query, the tokens compared, the unit and the ablation in their first header
+    cell (as the heatmaps' CSV names its options), and each .npy holds every number of its view with
+    the token ids, all equal to the JSON's. (The DLA CSV said no target, alt, unit or ablation, its
+    .npy held the heads alone; the lens CSV named no target; the prediction .npy had no token ids.)"""
+    a = views["dla"].analysis
+    t, alt = f"'{a.label(a.target)}' (id {a.target})", f"'{a.label(a.alt)}' (id {a.alt})"
+    after, changed = "after '5' (token 8)", "changed run: zero-ablated L1 H0"
+    corner, rows = _csv(views["dla"])
+    assert corner == (f"layer ({after}; each cell a part of logit({t}) − logit({alt}) = "
+                      f"{a.dla.logit_diff:.6f}, in logits; {changed})")
+    assert [r[0] for r in rows] == ["0", "1", "embed", "bias"]
+    corner, rows = _csv(views["lens"])
+    assert corner == f"layer ({after}; target {t}; raw logit lens, log-probs in nats; {changed})"
+    corner, rows = _csv(views["prediction"])
+    assert corner == f"rank ({after}; log-probs in nats; {changed})" and len(rows) == len(a.clean.top_ids)
+    for kind in fig.VIEWS:
+        doc = json.loads(fig.number_bytes(views[kind], "json"))
+        got = np.load(io.BytesIO(fig.number_bytes(views[kind], "npy")), allow_pickle=False)
+        assert {k: got[k].item() for k in ("position", "target", "alt", "target_token", "alt_token")} == \
+            {k: doc[k] for k in ("position", "target", "alt", "target_token", "alt_token")}
+        assert str(got["ablation"]) == "zero-ablated L1 H0"
+    got = np.load(io.BytesIO(fig.number_bytes(views["dla"], "npy")))
+    doc = json.loads(fig.number_bytes(views["dla"], "json"))
+    assert got["dla"].tolist() == doc["dla"] and got["mlp"].tolist() == doc["dla_rest"]["mlp"]
+    assert (got["embed"].item(), got["bias"].item(), got["logit_diff"].item()) == \
+        (doc["dla_rest"]["embed"], doc["dla_rest"]["bias"], doc["logit_diff"])
+    got = np.load(io.BytesIO(fig.number_bytes(views["prediction"], "npy")))
+    doc = json.loads(fig.number_bytes(views["prediction"], "json"))
+    for pre, key in (("", "top"), ("changed_", "changed_top")):
+        assert got[f"{pre}top_id"].tolist() == [r["id"] for r in doc[key]]
+        assert got[f"{pre}top_token"].tolist() == [r["token"] for r in doc[key]]
+        assert got[f"{pre}top_logprob"].tolist() == [r["logprob"] for r in doc[key]]
+    assert got["delta_target_logprob"].item() == doc["delta_target_logprob"]
 
 
 def test_a_dla_png_paints_each_head_by_its_sign_and_its_sidecar_opens(qapp, views, tmp_path):
@@ -110,7 +157,6 @@ def test_the_lens_ranks_count_from_1_in_the_figure_and_every_export(qapp, views)
     """The figure paints the target's rank as '#1' for the layer's top-1; the CSV, the JSON (and so
     the sidecar) and the NPY give the same numbers, not the engine's 0-based index."""
     import csv
-    import io
     import re
 
     view = views["lens"]
@@ -123,4 +169,4 @@ def test_the_lens_ranks_count_from_1_in_the_figure_and_every_export(qapp, views)
     doc = json.loads(fig.number_bytes(view, "json"))
     assert [r["target_rank"] for r in doc["lens"]] == painted
     npy = np.load(io.BytesIO(fig.number_bytes(view, "npy")))
-    assert npy[:, 2].tolist() == painted
+    assert npy["target_rank"].tolist() == painted

@@ -207,3 +207,25 @@ def test_a_long_paths_file_name_shows_when_the_dialog_opens(qtbot, state, tmp_pa
     first, last = (box.cursorPositionAt(QPoint(x, y)) for x in (room.left() + 4, room.right() - 4))
     n = len(box.text())
     assert 0 < first <= n - len(name) and last >= n - 1, (first, last, n, name)  # the name, whole
+
+
+def test_a_name_without_our_extension_is_never_written_as_another_format(qtbot, state, tmp_path):
+    """The extension picks the format: a name without one gets the chosen format's (w_noext ->
+    w_noext.png and its sidecar), one of no format we write is refused with the formats we do, and
+    the folder is left as it was. (The dialog wrote PNG bytes into w_out.txt and w_noext.)"""
+    dlg = _dialog(qtbot, state, tmp_path / "w_out.txt")
+    dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
+    dlg.path_edit.setText(str(tmp_path / "w_out.txt"))
+    assert dlg.format.currentData() == "png"
+    assert dlg.do_export() is False
+    assert dlg.error.text() == ("Export failed: cannot export to 'w_out.txt': .txt is not a format attnviz "
+                                "writes; end the name in .png, .svg, .npy, .csv, .json (the extension "
+                                "picks the format)") and not dlg.error.isHidden()
+    assert snapshot(tmp_path) == {}
+    dlg.path_edit.setText(str(tmp_path / "w_noext"))
+    with qtbot.waitSignal(state.sigStatus, timeout=WAIT) as status:
+        assert dlg.do_export() is True
+    out = tmp_path / "w_noext.png"
+    assert sorted(snapshot(tmp_path)) == ["w_noext.png", "w_noext.png.json"]
+    assert status.args[0] == f"Exported {out.resolve()} and w_noext.png.json"
+    assert open_sidecar(out)["scope"] == "layer" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

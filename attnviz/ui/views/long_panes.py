@@ -5,6 +5,8 @@ the picture's colour table (figures/long_picture.colour_table)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
@@ -15,6 +17,7 @@ from attnviz.figures.overview import shown_index, to_tokens, token_at, window_se
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
 from attnviz.ui.views.mosaic import UNDEFINED
+from attnviz.ui.views.painted import painted_index
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
 DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
@@ -96,7 +99,25 @@ class _PatternArea(QWidget):
         rect = self.head_rect(h)
         qk = token_at(self.long.region, (rect.height(), rect.width()), pos.y() - rect.top(),
                       pos.x() - rect.left())
+        cell = None if qk is None else self.cell_at(h, pos)
+        if cell is not None:  # the tokens nearest the point inside the block painted there
+            ov, cy, cx = cell
+            rows, cols = ov.edges(0), ov.edges(1)
+            qk = (min(max(qk[0], int(rows[cy])), int(rows[cy + 1]) - 1),
+                  min(max(qk[1], int(cols[cx])), int(cols[cx + 1]) - 1))
         return None if qk is None else (h, *qk)
+
+    def cell_at(self, h: int, pos: QPointF):
+        """(overview, row, column): the cell of head h's overview that Qt paints at the screen pixel
+        under `pos` (ui/views/painted.py), or None where no overview of the region shown is painted."""
+        ov = self.overview_of(h)
+        if ov is None or ov.region != self.long.region or ov.layer != self.layer() or h not in ov.heads:
+            return None
+        rect, dpr = self.head_rect(h), self.devicePixelRatioF()  # (painted in device pixels)
+        H, W = ov.values.shape[1:]
+        cy = painted_index(math.floor(pos.y() * dpr), rect.top() * dpr, rect.bottom() * dpr, H)
+        cx = painted_index(math.floor(pos.x() * dpr), rect.left() * dpr, rect.right() * dpr, W)
+        return ov, min(max(cy, 0), H - 1), min(max(cx, 0), W - 1)
 
     def readout(self, pos: QPointF) -> str:
         """'L3 H1  ·are → ·keys  (q 41, k 17)  0.0123', the exact weight, with the cell's value
@@ -111,12 +132,9 @@ class _PatternArea(QWidget):
         undefined = w is not None and lg.shown().undefined(layer, h, q)  # (the dense views' words)
         text = (f"{head_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  "
                 + ("(hidden)" if w is None else UNDEFINED if undefined else f"{w:.4g}"))
-        ov = self.overview_of(h)
-        if ov is not None and not ov.exact and ov.region == lg.region:
-            rect = self.head_rect(h)
-            H, W = ov.values.shape[1:]
-            cy = min(H - 1, int((pos.y() - rect.top()) * H / rect.height()))
-            cx = min(W - 1, int((pos.x() - rect.left()) * W / rect.width()))
+        cell = self.cell_at(h, pos)
+        if cell is not None and not cell[0].exact:
+            ov, cy, cx = cell
             i = ov.heads.index(h)
             size = ov.block_text()
             text += (f"   (cell of up to {size}: undefined, no row of it has weight left)"
