@@ -63,6 +63,6 @@ def test_a_view_exported_from_a_model_opened_by_path_reopens_it_and_names_it_onc
     b.open_view(str(sidecar))
     banner = widget(b, "error_banner")
     qtbot.waitUntil(lambda: banner.isVisible() and not b.state.loading, timeout=WAIT)
-    assert f"no GGUF file at {model}" in banner.text(), banner.text()
+    assert f"No GGUF file at {model}" in banner.text(), banner.text()
     assert b.state.model_name == "all-MiniLM-L6-v2"
 
