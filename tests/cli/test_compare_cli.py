@@ -158,7 +158,7 @@ def test_a_write_that_fails_halfway_leaves_no_partial_file(cli, nudged, tmp_path
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
     err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "map.csv"))
-    assert "map.csv: No space left on device" in err and list(tmp_path.iterdir()) == []
+    assert "map.csv: no space left on device" in err and list(tmp_path.iterdir()) == []
 
 
 def test_a_memory_budget_two_models_do_not_fit_in_is_one_line(cli, nudged):

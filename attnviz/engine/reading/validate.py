@@ -28,7 +28,8 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 # ---- files --------------------------------------------------------------------------------------
 
 def os_reason(exc: OSError) -> str:
-    """What an OSError means, in words ("permission denied", not errno 13)."""
+    """What an OSError means, in words ("permission denied", not "[Errno 13] ..."), as the app's
+    sentences write it after a colon: "cannot read x: permission denied", "cannot write y: ..."."""
     if isinstance(exc, PermissionError):
         return "permission denied"
     if isinstance(exc, FileNotFoundError):

@@ -54,7 +54,7 @@ def describe_error(exc: BaseException, writing=None) -> str:
     if isinstance(exc, AttnvizError):
         return str(exc)
     if isinstance(exc, OSError) and writing is not None:
-        from attnviz.figures.data import os_reason  # the words the export writer uses
+        from attnviz.engine.reading.validate import os_reason  # the words the export writer uses
 
         return f"cannot write {writing}: {os_reason(exc)}"
     if isinstance(exc, OSError) and exc.strerror:
