@@ -39,6 +39,7 @@ from attnviz.figures.headmap import colour
 from attnviz.figures.render import TEXT, figure_exports, figure_font
 from attnviz.figures.style import FOCUS, axis_label
 from attnviz.figures.numbers import signed
+from attnviz.figures.painted import painted_cell
 
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
@@ -277,15 +278,12 @@ def _focus_cell(view: PatchView):
 
 def hit(view: PatchView, lay: PatchLayout, x: float, y: float, dpr: float = 1.0):
     """The (row, col) of the cell painted on the pixel under (x, y) (a block: the cell it shows), or
-    None. Qt fills an unsmoothed cell on the device pixels (`dpr` a widget pixel) between its edges
-    rounded to whole pixels, so a pixel near an edge may be its neighbour's (paint: later over earlier)."""
-    def on(v, starts, size):  # the cells along an axis painted on device pixel v
-        return np.flatnonzero((v >= np.floor(starts * dpr + 0.5)) & (v < np.floor((starts + size) * dpr + 0.5)))
-    r = on(np.floor(y * dpr), np.asarray(lay.ys, np.float64), lay.cell_h)
-    c = on(np.floor(x * dpr), np.asarray(lay.xs, np.float64), lay.cell_w)
-    if not (r.size and c.size):
+    None: the cell Qt fills on that device pixel (`dpr` a widget pixel), figures/painted.painted_cell."""
+    r = painted_cell(y, lay.ys, lay.cell_h, dpr)
+    c = painted_cell(x, lay.xs, lay.cell_w, dpr)
+    if r is None or c is None:
         return None
-    row, col = lay.picks[int(r[-1]), int(c[-1])]
+    row, col = lay.picks[r, c]
     return int(row), int(col)
 
 
