@@ -186,7 +186,7 @@ def test_a_quantized_twin_is_named_with_its_source_files_and_bad_types_are_refus
     assert 0 < np.max(doc["heads_jsd"]) < 0.01 and doc["induction"]["lost"] == []
     assert doc["induction"]["survived"]  # the toy model's induction heads survive Q8_0
     err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q3_K", "--probe")
-    assert "cannot quantize to 'Q3_K'" in err
+    assert "Could not load attnviz-toy-stdlib quantized to Q3_K. Cannot quantize to 'Q3_K': the types are" in err
     err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--against-checkpoint", "0",
                    "--probe")
     assert "--against-checkpoint" in err
