@@ -77,11 +77,13 @@ class CircuitsView:
     def partners(self) -> dict:
         return {} if self.focus is None else partners(self.composition, *self.focus)
 
-    def lines(self) -> list[str]:
-        """The partner and OV lines, as the tab and the figure show them."""
+    def lines(self, screen: bool = False) -> list[str]:
+        """The partner and OV lines, as the figure shows them, or as the tab does (`screen`): with no
+        head focused, the tab says how to focus one; an exported picture says only that none was."""
         out = []
         if self.focus is None:
-            return ["Focus a head (click it in the grid) for its composition partners."]
+            return ["Focus a head (click it in the grid) for its composition partners." if screen
+                    else "No head was focused, so no composition partners are listed."]
         name = head_title(*self.focus)
         if self.copying is not None:
             c = np.asarray(self.copying)

@@ -9,7 +9,6 @@ it."""
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import json
 import logging
@@ -23,7 +22,7 @@ import attnviz
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index
 from attnviz.engine.reading.file_write import temp_beside
-from attnviz.engine.reading.validate import read_json_object
+from attnviz.engine.reading.validate import os_reason, read_json_object
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.view import Shown
 
@@ -319,13 +318,6 @@ def open_sidecar(path: str | os.PathLike) -> dict:
 # One transactional writer for every export (the command line and the window): a failed export
 # leaves each folder exactly as it was, the same names with the same bytes and no temporary files.
 
-def os_reason(exc: OSError) -> str:
-    """Why an OSError happened, in words, without the "[Errno 21] ..." wrapping."""
-    if exc.errno == errno.EISDIR:
-        return "a folder has that name"
-    return exc.strerror or str(exc) or type(exc).__name__
-
-
 def _check_target(path: Path) -> None:
     """Refuse, before anything is written, a target whose folder is missing or is a file, and a
     target that is itself a folder."""
@@ -337,7 +329,7 @@ def _check_target(path: Path) -> None:
         if nearest != folder:
             raise ExportError(f"cannot write {path}: folder {folder} does not exist")
         if path.is_dir():
-            raise ExportError(f"cannot write {path}: a folder has that name")
+            raise ExportError(f"cannot write {path}: it is a folder, not a file")
     except OSError as exc:
         raise ExportError(f"cannot write {path}: {os_reason(exc)}") from None
 

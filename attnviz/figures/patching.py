@@ -10,8 +10,10 @@ The map, by `what`:
     head_out,
     head_pattern      rows layers, columns heads in the grid's order (a gap between KV groups)
     head_out_by_pos   one layer: rows positions (the clean tokens), columns heads
-Cells not measured (NaN) are grey. A map drawn smaller than its cells pools them into blocks
-(figures/patch_blocks.py): each block shows its cell farthest from the unchanged effect.
+Cells not run (NaN) are in the no-value colour (style.no_value_colour: the grid's, far from every
+colour of the diverging map and of the window's colormap), which the metric line then names. A map
+drawn smaller than its cells pools them into blocks (figures/patch_blocks.py): each block shows its
+cell farthest from the unchanged effect.
 
     patch_view(...) -> PatchView;  layout(view, width, height=None) -> PatchLayout
     paint(p, view, lay);  hit(view, lay, x, y) -> (row, col) | None;  readout(view, row, col)
@@ -34,13 +36,13 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patch_blocks as B
 from attnviz.figures.compare import bar_label_width, paint_colour_bar
-from attnviz.figures.data import ExportError
+from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.headmap import colour
 from attnviz.figures.render import TEXT, figure_exports, figure_font
-from attnviz.figures.style import FOCUS, axis_label
+from attnviz.figures.style import FOCUS, axis_label, no_value_colour, no_value_word
 from attnviz.figures.numbers import signed
+from attnviz.figures.painted import painted_cell
 
-NAN_CELL = QColor("#c8c8c8")  # a cell not measured
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
 BAR_GAP, BAR_W = 12.0, 14.0  # the colour bar's gap to the cells, its width
 BAR_ROOM = 90.0  # the colour bar and its labels at the least (its labels' room: bar_label_width)
@@ -89,6 +91,15 @@ class PatchView:
         return unpatched(self.direction)
 
     @property
+    def colormap(self) -> str:
+        """The window's colormap (its display), whose no-value colour marks a cell not run."""
+        return dict(self.display).get("colormap") or DEFAULT_COLORMAP
+
+    def not_run(self) -> QColor:
+        """The colour of a cell not run: the no-value colour, as the grid paints a cell with no value."""
+        return QColor(*no_value_colour(self.colormap))
+
+    @property
     def limit(self) -> float:
         """The largest distance of an effect from `unchanged`: the colour bar's half-range; 0
         where every effect is `unchanged` (every cell white, the bar writes only its middle)."""
@@ -120,7 +131,8 @@ class PatchView:
     def metric_line(self) -> str:
         return (f"at {self.position} {quoted(self.label(self.position))}: diff = logit({quoted(self.target_text)}) "
                 f"\u2212 logit({quoted(self.alt_text)}); clean {signed(self.diff_clean)}, corrupted "
-                f"{signed(self.diff_corrupt)}; {EFFECT_READS.get(self.direction, '')}")
+                f"{signed(self.diff_corrupt)}; {EFFECT_READS.get(self.direction, '')}"
+                + (f"; {no_value_word(self.colormap)}: not run" if not np.isfinite(self.values).all() else ""))
 
 
 def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,
@@ -220,7 +232,7 @@ def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayou
 
 
 def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -> None:
-    lim = view.limit
+    lim, not_run = view.limit, view.not_run()
     vals = view.values[lay.picks[..., 0], lay.picks[..., 1]]  # [rows drawn, columns drawn]
     rows, cols = vals.shape
     p.setPen(text)
@@ -234,7 +246,7 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
         for c in range(cols):
             v = float(vals[r, c])
             p.fillRect(QRectF(lay.xs[c], lay.ys[r], lay.cell_w, lay.cell_h),
-                       colour(v - view.unchanged, lim) if np.isfinite(v) else NAN_CELL)
+                       colour(v - view.unchanged, lim) if np.isfinite(v) else not_run)
     p.setPen(text)
     fm = _fm(9)
     step = max(1, int(np.ceil(fm.height() / max(lay.cell_h, 1))))
@@ -277,15 +289,12 @@ def _focus_cell(view: PatchView):
 
 def hit(view: PatchView, lay: PatchLayout, x: float, y: float, dpr: float = 1.0):
     """The (row, col) of the cell painted on the pixel under (x, y) (a block: the cell it shows), or
-    None. Qt fills an unsmoothed cell on the device pixels (`dpr` a widget pixel) between its edges
-    rounded to whole pixels, so a pixel near an edge may be its neighbour's (paint: later over earlier)."""
-    def on(v, starts, size):  # the cells along an axis painted on device pixel v
-        return np.flatnonzero((v >= np.floor(starts * dpr + 0.5)) & (v < np.floor((starts + size) * dpr + 0.5)))
-    r = on(np.floor(y * dpr), np.asarray(lay.ys, np.float64), lay.cell_h)
-    c = on(np.floor(x * dpr), np.asarray(lay.xs, np.float64), lay.cell_w)
-    if not (r.size and c.size):
+    None: the cell Qt fills on that device pixel (`dpr` a widget pixel), figures/painted.painted_cell."""
+    r = painted_cell(y, lay.ys, lay.cell_h, dpr)
+    c = painted_cell(x, lay.xs, lay.cell_w, dpr)
+    if r is None or c is None:
         return None
-    row, col = lay.picks[int(r[-1]), int(c[-1])]
+    row, col = lay.picks[r, c]
     return int(row), int(col)
 
 

@@ -96,9 +96,9 @@ MISUSE = [
     ("compare-out-wrong-suffix", ["compare", *TB, "--against", "x", "--ids", "1,2", "--out", "{out}/m.txt"],
      r"--out must end in \.csv, \.json, \.png"),
     ("compare-unknown-b", ["compare", *TB, "--against", "no-such-model-xyz", "--ids", "1,2"],
-     r"model B \(no-such-model-xyz\): no model named 'no-such-model-xyz'"),
+     r"Could not load model B \(no-such-model-xyz\)\. No model named 'no-such-model-xyz'"),
     ("compare-unknown-type", ["compare", *TB, "--quantize", "Q3_K", "--ids", "1,2"],
-     r"cannot quantize to 'Q3_K'"),
+     r"quantized to Q3_K\. Cannot quantize to 'Q3_K'"),
     # -- scan and scan-report (the corpus and the folder checked before anything is written)
     ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
     ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],

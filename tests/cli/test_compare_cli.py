@@ -158,7 +158,7 @@ def test_a_write_that_fails_halfway_leaves_no_partial_file(cli, nudged, tmp_path
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
     err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "map.csv"))
-    assert "map.csv: No space left on device" in err and list(tmp_path.iterdir()) == []
+    assert "map.csv: no space left on device" in err and list(tmp_path.iterdir()) == []
 
 
 def test_a_memory_budget_two_models_do_not_fit_in_is_one_line(cli, nudged):
@@ -186,7 +186,7 @@ def test_a_quantized_twin_is_named_with_its_source_files_and_bad_types_are_refus
     assert 0 < np.max(doc["heads_jsd"]) < 0.01 and doc["induction"]["lost"] == []
     assert doc["induction"]["survived"]  # the toy model's induction heads survive Q8_0
     err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q3_K", "--probe")
-    assert "cannot quantize to 'Q3_K'" in err
+    assert "Could not load attnviz-toy-stdlib quantized to Q3_K. Cannot quantize to 'Q3_K': the types are" in err
     err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--against-checkpoint", "0",
                    "--probe")
     assert "--against-checkpoint" in err

@@ -34,7 +34,7 @@ def test_cli_sidecar_is_a_folder(pair, capsys):
                  "--out", str(pair / "fig.png")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1, err
-    assert f"cannot write {pair / 'fig.png.json'}: a folder has that name" in err[0]
+    assert f"cannot write {pair / 'fig.png.json'}: it is a folder, not a file" in err[0]
     assert "Errno" not in err[0]
     assert snapshot(pair) == before
 
@@ -48,7 +48,7 @@ def test_cli_numbers_over_an_existing_file_interrupted(pair, capsys, monkeypatch
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
     code = main(["export", *MINILM, "--text", SENTENCE, "--out", str(pair / "n.csv")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code != 0 and len(err) == 1 and "n.csv: No space left on device" in err[0], err
+    assert code != 0 and len(err) == 1 and "n.csv: no space left on device" in err[0], err
     assert snapshot(pair) == before
     monkeypatch.undo()
     assert main(["export", *MINILM, "--text", SENTENCE, "--out", str(pair / "n.csv")]) == 0

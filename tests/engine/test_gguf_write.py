@@ -176,7 +176,7 @@ def test_a_failure_while_writing_leaves_no_partial_file_and_the_old_file_as_it_w
 
     real = gguf.GGUFWriter.write_tensor_data
     monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", fail_on_the_third)
-    with pytest.raises(InputError, match=f"cannot write {out}: No space left on device"):
+    with pytest.raises(InputError, match=f"cannot write {out}: no space left on device"):
         write_gguf(FIXTURES / "llama_gqa", "Q8_0", out)
     assert out.read_bytes() == b"the old file"
     assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]

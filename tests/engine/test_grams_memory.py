@@ -139,5 +139,5 @@ def test_a_refused_second_model_names_what_the_chosen_budget_holds_of_a(room, ma
     said = str(refused.value)
     assert format_bytes(budget) != "1 MiB"  # (the budget reads more than the room it leaves)
     assert (f"all held by {held};" if room == 0 else
-            f"(1 MiB of the {format_bytes(budget)} memory budget left beside {held}):") in said
+            f"in the 1 MiB of the {format_bytes(budget)} memory budget left beside {held}. Refused.") in said
     assert "Grams" not in said

@@ -125,7 +125,7 @@ def test_the_chosen_budget_is_read_once_for_the_room_and_the_words(monkeypatch):
         raise ModelLoadError("refused")
     with pytest.raises(AttnvizError) as refused:
         load_second(refuse, a, "B")
-    assert f"(1 MiB of the {format_bytes(held + (1 << 20))} memory budget left beside " in str(refused.value)
+    assert f"in the 1 MiB of the {format_bytes(held + (1 << 20))} memory budget left beside " in str(refused.value)
 
 
 @pytest.mark.parametrize("chosen", [False, True])

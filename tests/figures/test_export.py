@@ -315,7 +315,7 @@ def test_failure_midway_removes_partial_and_temp_files(qapp, run, tmp_path, monk
     def full_disk(fd):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(export_data.os, "fsync", full_disk)
-    with pytest.raises(ExportError, match="No space left on device"):
+    with pytest.raises(ExportError, match="no space left on device"):
         export_result(run, tmp_path / "fig.png", model="m", scope="head", layer=0, head=0)
     assert leftovers(tmp_path) == ["keep.txt"]
     monkeypatch.setattr(export_data.os, "fsync", real_fsync)
@@ -329,7 +329,7 @@ def test_failure_midway_removes_partial_and_temp_files(qapp, run, tmp_path, monk
             raise PermissionError(13, "Permission denied")
         return real_replace(src, dst)
     monkeypatch.setattr(export_data.os, "replace", replace_then_fail)
-    with pytest.raises(ExportError, match=r"fig\.svg\.json: Permission denied"):
+    with pytest.raises(ExportError, match=r"fig\.svg\.json: permission denied"):
         export_result(run, tmp_path / "fig.svg", model="m", scope="head", layer=0, head=0)
     assert leftovers(tmp_path) == ["keep.txt"]
 

@@ -48,7 +48,7 @@ def test_sidecar_is_a_folder_keeps_the_old_image(pair, run):
     before = snapshot(pair)
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1, width=BIG)
-    check_message(err.value, pair / "fig.png.json", "a folder has that name")
+    check_message(err.value, pair / "fig.png.json", "it is a folder, not a file")
     assert snapshot(pair) == before
 
 
@@ -65,7 +65,7 @@ def test_sidecar_becomes_a_folder_between_check_and_move(pair, run, monkeypatch)
     monkeypatch.setattr(export_data.os, "replace", replace)
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)
-    check_message(err.value, pair / "fig.png.json", "a folder has that name")
+    check_message(err.value, pair / "fig.png.json", "it is a folder, not a file")
     assert snapshot(pair) == before
 
 
@@ -105,7 +105,7 @@ def test_target_is_a_folder(pair, run, name):
     before = snapshot(pair)
     with pytest.raises(ExportError) as err:
         export(run, pair / name, head=1)
-    check_message(err.value, pair / name, "a folder has that name")
+    check_message(err.value, pair / name, "it is a folder, not a file")
     assert snapshot(pair) == before
 
 
@@ -167,7 +167,7 @@ def test_unwritable_folder_for_real(read_only_pair, run, name):
     before = snapshot(read_only_pair)
     with pytest.raises(ExportError) as err:
         export(run, read_only_pair / name, head=1)
-    reason = "Read-only file system" if os.geteuid() == 0 else "Permission denied"
+    reason = "read-only file system" if os.geteuid() == 0 else "permission denied"
     check_message(err.value, read_only_pair / name, reason)
     assert snapshot(read_only_pair) == before
 
@@ -180,7 +180,7 @@ def test_unwritable_folder_emulated(pair, run, monkeypatch, n):
           PermissionError(errno.EACCES, "Permission denied"))
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)
-    check_message(err.value, pair / ("fig.png", "fig.png.json")[n - 1], "Permission denied")
+    check_message(err.value, pair / ("fig.png", "fig.png.json")[n - 1], "permission denied")
     assert snapshot(pair) == before
 
 
@@ -192,7 +192,7 @@ def test_old_files_cannot_be_kept_aside(pair, run, monkeypatch):
           PermissionError(errno.EACCES, "Permission denied"))
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)
-    check_message(err.value, pair / "fig.png.json", "Permission denied")
+    check_message(err.value, pair / "fig.png.json", "permission denied")
     assert snapshot(pair) == before
 
 
@@ -219,7 +219,7 @@ def test_full_disk_for_real(small_disk, run, name, kw):
     before = snapshot(small_disk)
     with pytest.raises(ExportError) as err:
         export(run, small_disk / name, **kw)
-    check_message(err.value, small_disk / name, "No space left on device")
+    check_message(err.value, small_disk / name, "no space left on device")
     assert snapshot(small_disk) == before
 
 
@@ -237,7 +237,7 @@ def test_full_disk_for_real_on_the_sidecar(small_disk, run):
     before = snapshot(small_disk)
     with pytest.raises(ExportError) as err:
         export(run, small_disk / "fig.png", head=1, width=SMALL + 40)
-    check_message(err.value, small_disk / "fig.png.json", "No space left on device")
+    check_message(err.value, small_disk / "fig.png.json", "no space left on device")
     assert snapshot(small_disk) == before
 
 
@@ -248,7 +248,7 @@ def test_full_disk_emulated(pair, run, monkeypatch, on_file, failing):
                         half_then(OSError(errno.ENOSPC, "No space left on device"), on_file))
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)
-    check_message(err.value, pair / failing, "No space left on device")
+    check_message(err.value, pair / failing, "no space left on device")
     assert snapshot(pair) == before
 
 
@@ -257,7 +257,7 @@ def test_flush_to_disk_fails(pair, run, monkeypatch):
     Calls(monkeypatch, export_data.os, "fsync", 2, OSError(errno.EIO, "Input/output error"))
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)
-    check_message(err.value, pair / "fig.png.json", "Input/output error")
+    check_message(err.value, pair / "fig.png.json", "input/output error")
     assert snapshot(pair) == before
 
 
@@ -287,7 +287,7 @@ def test_a_failed_move_puts_the_old_pair_back(pair, run, monkeypatch, n, exc, li
     with pytest.raises(ExportError if isinstance(exc, OSError) else KeyboardInterrupt) as err:
         export(run, pair / "fig.png", head=1)
     if isinstance(exc, OSError):
-        check_message(err.value, pair / ("fig.png", "fig.png.json")[n - 1], "Permission denied")
+        check_message(err.value, pair / ("fig.png", "fig.png.json")[n - 1], "permission denied")
     assert snapshot(pair) == before
 
 
@@ -295,7 +295,7 @@ def test_a_failed_move_with_no_old_pair_leaves_nothing(qapp, run, tmp_path, monk
     (tmp_path / "keep.txt").write_text("mine")
     before = snapshot(tmp_path)
     Calls(monkeypatch, export_data.os, "replace", 2, OSError(errno.EIO, "Input/output error"))
-    with pytest.raises(ExportError, match=r"fig\.svg\.json: Input/output error"):
+    with pytest.raises(ExportError, match=r"fig\.svg\.json: input/output error"):
         export(run, tmp_path / "fig.svg", head=1)
     assert snapshot(tmp_path) == before
 
@@ -313,7 +313,7 @@ def test_a_failed_restore_is_said_and_the_old_file_kept(pair, run, monkeypatch):
     with pytest.raises(ExportError) as err:
         export(run, pair / "fig.png", head=1)
     msg = str(err.value)
-    assert "fig.png.json: Input/output error" in msg and "could not be restored" in msg, msg
+    assert "fig.png.json: input/output error" in msg and "could not be restored" in msg, msg
     kept = Path(msg.split("the old file is kept as ")[1].split(";")[0])
     assert kept.parent == pair and kept.read_bytes() == old_image
 
@@ -327,7 +327,7 @@ def test_several_number_files_in_one_transaction(tmp_path, monkeypatch):
     for n in (1, 2, 3):
         with monkeypatch.context() as m:
             Calls(m, export_data.os, "replace", n, OSError(errno.EIO, "Input/output error"))
-            with pytest.raises(ExportError, match=rf"{names[n - 1]}: Input/output error"):
+            with pytest.raises(ExportError, match=rf"{names[n - 1]}: input/output error"):
                 write_atomic([(tmp_path / name, b"new " + name.encode()) for name in names])
         assert snapshot(tmp_path) == before
     write_atomic([(tmp_path / name, b"new " + name.encode()) for name in names])

@@ -81,7 +81,7 @@ def test_b_replaced_while_loading_then_refused_leaves_a_budget(window, qtbot, mo
     qtbot.waitUntil(lambda: len(loads) == 1, timeout=WAIT)
     open_compare(w, BSource("checkpoint", 8))
     qtbot.waitUntil(lambda: jobs.loading is None, timeout=WAIT)
-    assert "model B refused" in w.compare_panel.note.text()
+    assert w.compare_panel.note.text() == "Could not compare with attnviz-toy-stdlib at checkpoint 8. Model B refused."
     go.set()
     assert done.wait(WAIT / 1000)
     w.worker.wait_idle()

@@ -122,7 +122,7 @@ def test_dialog_sidecar_is_a_folder(qtbot, state, pair):
     dlg = _dialog(qtbot, state, pair / "fig.png")
     assert dlg.do_export() is False
     text = dlg.error.text()
-    assert text == f"Export failed. Cannot write {pair / 'fig.png.json'}: a folder has that name.", text
+    assert text == f"Export failed. Cannot write {pair / 'fig.png.json'}: it is a folder, not a file.", text
     assert "Errno" not in text and not dlg.error.isHidden()
     assert snapshot(pair) == before
 
@@ -133,7 +133,7 @@ def test_dialog_failed_move_then_success(qtbot, state, pair, monkeypatch):
     with monkeypatch.context() as m:
         Calls(m, export_data.os, "replace", 2, PermissionError(errno.EACCES, "Permission denied"))
         assert dlg.do_export() is False
-    assert "fig.png.json: Permission denied" in dlg.error.text()
+    assert "fig.png.json: permission denied" in dlg.error.text()
     assert snapshot(pair) == before
     assert dlg.do_export() is True
     assert sorted(snapshot(pair)) == ["fig.png", "fig.png.json", "keep.txt"]
@@ -151,9 +151,9 @@ def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monk
     out = tmp_path / "fig.png"
     dlg = _dialog(qtbot, state, out)
     assert dlg.do_export() is False
-    assert dlg.error.text() == f"Export failed. Cannot write {out}: a folder has that name."
+    assert dlg.error.text() == f"Export failed. Cannot write {out}: it is a folder, not a file."
     assert describe_error(PermissionError(errno.EACCES, "Permission denied"), writing=out) == (
-        f"cannot write {out}: Permission denied")
+        f"cannot write {out}: permission denied")
 
 
 def test_dialog_offers_the_anatomy_only_as_an_image(qtbot, state):

@@ -1,6 +1,6 @@
 """The Patching tab's pictures drawn smaller than their cells pool them, none dropped: the map of
 effects puts a long text's positions in blocks (each painted with its effect farthest from the
-unchanged one, its sign kept, grey only where no cell of it was run), and the picked head's
+unchanged one, its sign kept, in the no-value colour only where no cell of it was run), and the picked head's
 patterns are pooled as the Compare tiles are (each pixel the largest weight it covers). The hover
 names the cell a pixel shows. (The map drew a cell at least 3 pixels wide and 2 high and cut off
 what ran past the panel's edge, its colour bar too; the patterns were scaled by nearest pixel and
@@ -18,6 +18,7 @@ from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
 from attnviz.figures.numbers import signed
+from attnviz.figures.style import no_value_colour
 from attnviz.ui.panels.patching_maps import PatchMap
 from windows import shown_pattern_pair
 
@@ -71,7 +72,7 @@ def test_a_map_smaller_than_its_cells_shows_every_strong_cell_and_reads_it(qtbot
         assert _hover(m, x, y).endswith(f"effect {signed(float(values[r, c]))}")
 
 
-def test_a_block_with_a_cell_run_is_coloured_and_one_without_is_grey(qtbot):
+def test_a_block_with_a_cell_run_is_coloured_and_one_without_is_the_no_value_colour(qtbot):
     effect = np.full((4, T), np.nan)
     effect[:3] = 0.01
     effect[3, 100] = 0.5  # the one cell of layer 3 that was run
@@ -82,7 +83,7 @@ def test_a_block_with_a_cell_run_is_coloured_and_one_without_is_grey(qtbot):
     assert _rgb(image.pixelColor(int(x), int(y))) == _rgb(colour(0.5, 0.5))
     assert _hover(m, x, y) == fig.readout(m.view, 3, 100)
     x, y = m.cell_center(3, 100 + 2 * lay.pool[1])  # a block of cells not run
-    assert _rgb(image.pixelColor(int(x), int(y))) == _rgb(fig.NAN_CELL)
+    assert _rgb(image.pixelColor(int(x), int(y))) == no_value_colour("viridis")  # (the default colormap's)
     assert _hover(m, x, y).endswith(": not run")
 
 

@@ -11,6 +11,7 @@ from typing import Callable
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading.byte_sizes import format_bytes
+from attnviz.engine.reading.validate import sentences
 
 
 def budget_left(a) -> int | None:
@@ -168,12 +169,13 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
     A `load` that gives `a` itself, or a model in `shared` (one the caller holds anyway: the
     window's folder model, the last checkpoint), gives it as it is: no budget changed, nothing
     opened beside. Any refusal (the file does not open, the budget holds none of B's layers)
-    comes back as one line naming `what` B is and, under a chosen budget, the numbers."""
+    comes back as one line, two sentences: what could not be loaded (`what` B is and, under a chosen
+    budget, the room it had) and why, in the refusal's own words."""
     chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
     left, held = _room(a, chosen)
     if left is not None and left <= 0:
-        raise InputError(f"{what}: the memory budget of {format_bytes(chosen)} is all held by "
-                         f"{held}; give a larger --memory-budget for two models")
+        raise InputError(sentences(f"Could not load {what}", f"the memory budget of {format_bytes(chosen)} is all "
+                                   f"held by {held}; give a larger --memory-budget for two models"))
     try:
         b = load(left)
         if b is a or any(b is m for m in shared):  # (nothing more loaded: each budget as it was)
@@ -187,7 +189,7 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
         return Second(b, True, None if left is None else chosen - left, chosen)
     except AttnvizError as exc:
         # (the room rounds down, as B's own refusal writes the budget it got)
-        room = "" if left is None else (f" ({format_bytes(left, 'down')} of the {format_bytes(chosen)} "
-                                        f"memory budget left beside {held})")
+        room = "" if left is None else (f" in the {format_bytes(left, 'down')} of the {format_bytes(chosen)} "
+                                        f"memory budget left beside {held}")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
-        raise kind(f"{what}{room}: {exc}") from None
+        raise kind(sentences(f"Could not load {what}{room}", str(exc))) from None

@@ -51,7 +51,7 @@ from attnviz.engine.reading.quantize import (
     tensor_values,
 )
 from attnviz.engine.reading.gguf_write_tokenizer import hf_tokenizer_kv
-from attnviz.engine.reading.validate import exists
+from attnviz.engine.reading.validate import exists, os_reason
 from attnviz.engine.reading.weights import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def write_gguf(source, qtype: str, out, name: str | None = None) -> Written:
         _check_reads_back(tmp, src_cfg)
         os.replace(tmp, out)
     except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+        raise InputError(f"cannot write {out}: {os_reason(exc)}") from exc
     finally:
         if tmp is not None and tmp.exists():
             tmp.unlink()

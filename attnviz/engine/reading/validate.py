@@ -28,7 +28,8 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 # ---- files --------------------------------------------------------------------------------------
 
 def os_reason(exc: OSError) -> str:
-    """What an OSError means, in words ("permission denied", not errno 13)."""
+    """What an OSError means, in words ("permission denied", not "[Errno 13] ..."), as the app's
+    sentences write it after a colon: "cannot read x: permission denied", "cannot write y: ..."."""
     if isinstance(exc, PermissionError):
         return "permission denied"
     if isinstance(exc, FileNotFoundError):
@@ -153,6 +154,23 @@ def refusal(source: Any, key: str, found: str | None, expected: str) -> ModelLoa
     if found is None:
         return ModelLoadError(f"{source} does not set {key}, which must be {expected}")
     return ModelLoadError(f"{source} sets {key} to {found}, but it must be {expected}")
+
+
+def sentences(lead: str, why: str) -> str:
+    """What could not be done and why, as two sentences ("Could not load model B. For B, a memory
+    budget ..."), never "lead: why", which would chain a second colon to any in the error. The
+    error keeps its words; it gets a capital only where it starts with a plain lowercase word (not a
+    file, path or key, whose case is its name). The window's failure lines (runner.failure) too."""
+    why = str(why).strip()
+    first = why.split(maxsplit=1)[0] if why else ""
+    if first.isalpha() and first.islower():
+        why = why[0].upper() + why[1:]
+    return " ".join(_full_stop(part) for part in (lead, why) if part)
+
+
+def _full_stop(text: str) -> str:  # exactly one final period ('?' and '!' stay)
+    text = text.rstrip().rstrip(".").rstrip()
+    return text if text.endswith(("?", "!")) else text + "."
 
 
 def is_whole(value: Any) -> bool:

@@ -37,6 +37,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.errors import AttnvizError
+from attnviz.engine.reading.validate import sentences
 from attnviz.ui.machinery import pool as _pool
 from attnviz.ui.machinery.job import SKIPPED, Job, emit_from_job, run_job, shared_relay
 from attnviz.ui.machinery.pool import shared_pool
@@ -54,7 +55,7 @@ def describe_error(exc: BaseException, writing=None) -> str:
     if isinstance(exc, AttnvizError):
         return str(exc)
     if isinstance(exc, OSError) and writing is not None:
-        from attnviz.figures.data import os_reason  # the words the export writer uses
+        from attnviz.engine.reading.validate import os_reason  # the words the export writer uses
 
         return f"cannot write {writing}: {os_reason(exc)}"
     if isinstance(exc, OSError) and exc.strerror:
@@ -64,19 +65,9 @@ def describe_error(exc: BaseException, writing=None) -> str:
 
 def failure(lead: str, why: str) -> str:
     """What could not be done and why, as two sentences ("Could not load model x. x/config.json
-    sets ..."), never "lead: why", which would chain a second colon to any in the error. The
-    error keeps its words; it gets a capital only where it starts with a plain lowercase word
-    (not a file, path or key, whose case is its name)."""
-    why = str(why).strip()
-    first = why.split(maxsplit=1)[0] if why else ""
-    if first.isalpha() and first.islower():
-        why = why[0].upper() + why[1:]
-    return " ".join(_full_stop(part) for part in (lead, why) if part)
-
-
-def _full_stop(text: str) -> str:  # exactly one final period ('?' and '!' stay)
-    text = text.rstrip().rstrip(".").rstrip()
-    return text if text.endswith(("?", "!")) else text + "."
+    sets ..."), never "lead: why" (engine/reading/validate.sentences, which the engine's own
+    refusals use too)."""
+    return sentences(lead, why)
 
 
 class Runner(QObject):

@@ -121,7 +121,7 @@ class CircuitsPanel(QWidget):
             self.partners.setText("")
             self.ov.setText("")
             return
-        lines = v.lines()
+        lines = v.lines(screen=True)
         ov_line = lines.pop() if v.ov is not None else "" if v.copying is None else (
             self.jobs.ov_note or "Pick a token in the strip (click it) to see what the focused head "
                                  "writes when it attends to that token.")

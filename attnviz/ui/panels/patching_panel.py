@@ -84,6 +84,7 @@ class PatchingPanel(QWidget):
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_model())
         state.sigFocusChanged.connect(self._on_focus)
+        state.sigDisplayChanged.connect(self._on_display)
         self.what_box.currentTextChanged.connect(lambda _t: self._sync_layer())
         self.position_box.valueChanged.connect(lambda _v: self._say_position())
         for changed in (self.what_box.currentTextChanged, self.direction_box.currentTextChanged,
@@ -413,6 +414,13 @@ class PatchingPanel(QWidget):
         self.patterns.head = (layer, head)
         self.patterns.update()
         self.state.show_head(layer, head)
+
+    def _on_display(self) -> None:
+        """The colormap (the patterns' colours, the no-value colour of a cell not run) and what the
+        sidecar records of the window's view may have changed."""
+        if self.map.view is not None:
+            self.map.set_view(self.view())
+        self.patterns.update()
 
     def _on_focus(self, focus) -> None:
         if self.map.view is not None and self.map.view.focus != focus:
