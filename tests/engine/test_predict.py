@@ -161,6 +161,12 @@ def test_vocab_tokens_and_positions_are_checked(models):
         P.vocab_token(model, str(model.config.vocab_size))
     with pytest.raises(InputError, match="no tokenizer"):
         P.vocab_token(model, "the")
+    # an id longer than int() reads (4,300 digits) is outside the vocabulary too, named shortened
+    for typed in ("#" + "9" * 5000, "9" * 5000, "# -" + "9" * 5000):
+        with pytest.raises(InputError, match=r"^token id -?9{12}… \(5000 digits\) is outside the "
+                                             rf"vocabulary 0\.\.{model.config.vocab_size - 1}$"):
+            P.vocab_token(model, typed)
+    assert P.vocab_token(model, "#" + "0" * 5000 + "7") == 7
     with pytest.raises(InputError, match="outside the 11 tokens"):
         P.position_index(11, 11)
     assert P.position_index(11, -11) == 0
