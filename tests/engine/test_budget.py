@@ -356,6 +356,30 @@ def test_a_lowered_budget_gives_the_buffer_of_the_layers_it_drops_back():
     np.testing.assert_array_equal(model.run(TEXT).attentions, before)
     assert _owned_bytes(store) <= store.held_bytes() <= 2 * max(store.sizes)
 
+
+def test_a_lowered_budget_copies_the_layers_it_keeps_and_no_other():
+    """Lowering MiniLM's budget copies out of the load's one buffer the layers it keeps and no
+    other: a layer leaving the set is let go (expanded again from the file when it runs), not
+    copied into the passing room, so the memory the change takes for a moment (tracemalloc's peak)
+    is at most the kept layers' bytes; the patterns are the same, bit for bit."""
+    import tracemalloc
+
+    model = load_model("all-MiniLM-L6-v2")
+    store = model.weights.layers
+    before = model.run(TEXT).attentions
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        model.set_memory_budget(4 * max(store.sizes))  # 3 kept, room for 1 passing
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    held = [i for i in range(len(store)) if store.holds(i)]
+    assert store.kept == 3 and held == [3, 4, 5]
+    assert 0 < peak <= sum(store.sizes[i] for i in held)
+    assert _owned_bytes(store) <= store.held_bytes()
+    np.testing.assert_array_equal(model.run(TEXT).attentions, before)
+
 def _arena_threads() -> list:
     import threading
 

@@ -161,6 +161,12 @@ def test_vocab_tokens_and_positions_are_checked(models):
         P.vocab_token(model, str(model.config.vocab_size))
     with pytest.raises(InputError, match="no tokenizer"):
         P.vocab_token(model, "the")
+    # an id longer than int() reads (4,300 digits) is outside the vocabulary too, named shortened
+    for typed in ("#" + "9" * 5000, "9" * 5000, "# -" + "9" * 5000):
+        with pytest.raises(InputError, match=r"^token id -?9{12}… \(5000 digits\) is outside the "
+                                             rf"vocabulary 0\.\.{model.config.vocab_size - 1}$"):
+            P.vocab_token(model, typed)
+    assert P.vocab_token(model, "#" + "0" * 5000 + "7") == 7
     with pytest.raises(InputError, match="outside the 11 tokens"):
         P.position_index(11, 11)
     assert P.position_index(11, -11) == 0
@@ -216,10 +222,31 @@ def test_knockouts_and_heads_are_checked():
 
 def test_an_encoder_knocks_out_an_edge_to_a_later_key():
     bert = load_model(FIXTURES / "bert").config
-    assert not bert.causal and A.edge_seen(bert, 2, 4)
+    assert not bert.causal and A.edge_seen(bert, 0, 2, 4)
     assert A.knockout_edits(bert, 6, [([0], 2, 4)]) == [Knockout(0, 2, 4)]
     llama = load_model(FIXTURES / "llama_gqa").config
-    assert not A.edge_seen(llama, 2, 4) and A.edge_seen(llama, 4, 2)
+    assert not A.edge_seen(llama, 0, 2, 4) and A.edge_seen(llama, 0, 4, 2)
+
+
+def test_an_edge_past_the_window_is_knocked_out_in_the_global_layers_only(models):
+    model = models["gemma3"]  # 7 layers, window 8, layer 5 global
+    cfg = model.config
+    ids = np.arange(24) % cfg.vocab_size
+    assert cfg.window(4) == 8 and cfg.window(5) is None
+    assert A.edge_seen(cfg, 5, 20, 2) and not A.edge_seen(cfg, 4, 20, 2) and A.edge_seen(cfg, 4, 20, 13)
+    with pytest.raises(InputError, match=r"^edge 20->2 is not one the query sees in layer 4 \(a query "
+                                         r"sees keys at or before it, within 8\): nothing to knock out$"):
+        A.knockout_edits(cfg, 24, [([4, 5], 20, 2)])
+    # a global layer's query keeps the keys before the window: knocking out the window's 8 leaves them
+    window = [([5], 20, k) for k in range(13, 21)]
+    assert len(A.knockout_edits(cfg, 24, window)) == 8
+    with pytest.raises(InputError, match="query 20 in layer 4 leaves it nothing to attend to"):
+        A.knockout_edits(cfg, 24, [([4], 20, k) for k in range(13, 21)])
+    r = model.run(ids=ids, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
+    assert r.trace.attentions[5][:, 20, 2].min() > 0
+    edited = A.run_edited(model, r.trace, A.knockout_edits(cfg, 24, [([5], 20, 2)]))
+    assert edited.attentions[5][:, 20, 2].max() == 0
+    np.testing.assert_allclose(edited.attentions[5][:, 20].sum(axis=-1), 1, atol=1e-5)
 
 
 def test_a_head_is_read_as_the_window_names_it_or_as_layer_dot_head():

@@ -3,8 +3,10 @@ own: a running QApplication keeps its ratio) the grid's and the focus view's hov
 Qt paints on the device pixel under the pointer, and a click picks it: the pointer is moved onto
 every device pixel of a pooled picture's rows, at positions between whole widget pixels as Qt
 delivers them there, and the named cell's colour compared with the grabbed device pixel's; the DLA
-view's likewise. (QGraphicsView gives its scene the pointer rounded to a whole widget pixel: on
-every other device pixel the grid and the focus view read the one right of or below it.)"""
+view's likewise. A click on a block's last device row or column (the grid's Shift+click and right
+click, the focus view's click) names the cell the hover names there. (QGraphicsView gives its
+scene the pointer rounded to a whole widget pixel: on every other device pixel the grid and the
+focus view read the one right of or below it; there a click reads the next block.)"""
 
 import json
 import os
@@ -67,6 +69,28 @@ def span(view, rect):  # the device pixels over a scene rect (a pixel in from it
             math.floor(box.top() * dpr) + 1, math.ceil(box.bottom() * dpr) - 1)
 
 
+def click(view, pos, button, mods=NONE):
+    for kind in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonRelease):
+        send(view.gw.viewport(), kind, pos, button, mods)
+
+
+def edges(view, x0, x1, y0, y1, row_differs, column_differs, most=12):
+    # device pixels (x, y), both odd, on the last device row of a block (down the middle column)
+    # or its last device column (along the middle row): the pointer's whole widget pixel there is
+    # the next device pixel, in the next block
+    dpr = view.gw.devicePixelRatioF()
+    xm, ym, rows, columns = (x0 + x1) // 2 | 1, (y0 + y1) // 2 | 1, [], []
+    for y in range(y0 | 1, y1 - 1, 2):
+        a, b = read(view, QPointF(xm / dpr, y / dpr)), read(view, QPointF(xm / dpr, (y + 1) / dpr))
+        if a and b and row_differs(a, b) and len(rows) < most:
+            rows.append((xm, y))
+    for x in range(x0 | 1, x1 - 1, 2):
+        a, b = read(view, QPointF(x / dpr, ym / dpr)), read(view, QPointF((x + 1) / dpr, ym / dpr))
+        if a and b and column_differs(a, b) and len(columns) < most:
+            columns.append((x, ym))
+    return rows + columns
+
+
 def grid():
     st = AppState()
     g = HeatmapGrid(st)
@@ -98,13 +122,22 @@ def grid():
                 if colour != rgb(image, x, y):
                     wrong.append((h, x, y, q, k))
                 seen += 1
-                if x % 2 and x % 23 == 1 and clicks < 40:  # Shift+click: a query of that block
-                    for kind in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonRelease):
-                        send(g.gw.viewport(), kind, pos, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier)
-                    clicks += 1
-                    if st.query_pos is None or st.query_pos // lo.pool != q // lo.pool:
-                        wrong.append(("click", x, y, q, st.query_pos))
-                    st.set_query(None)
+    import attnviz.ui.panels.ablation_panel as menus  # (the right click's menu: the cell it is for)
+    menu_cells = []
+    menus.head_menu = lambda st, layer, h, q, k, parent: menu_cells.append((h, q, k)) or types.SimpleNamespace(
+        popup=lambda at: None)
+    for i in range(2):
+        box = span(g, g.img.mapRectToScene(QRectF(float(lo.x0[i]), float(lo.y0[i]), lo.T, lo.T)))
+        for x, y in edges(g, *box, lambda a, b: a[1] // lo.pool != b[1] // lo.pool,
+                          lambda a, b: a[2] // lo.pool != b[2] // lo.pool):
+            pos = QPointF(x / dpr, y / dpr)
+            h, q, k, _ = read(g, pos)
+            click(g, pos, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier)  # the query
+            click(g, pos, Qt.MouseButton.RightButton)
+            clicks += 1
+            if st.query_pos != q or menu_cells[-1:] != [(h, q, k)]:
+                wrong.append(("click", x, y, (h, q, k), st.query_pos, menu_cells[-1:]))
+            st.set_query(None)
     return {"dpr": dpr, "image_dpr": image.devicePixelRatio(), "pool": lo.pool, "seen": seen,
             "clicks": clicks, "wrong": wrong[:8], "n_wrong": len(wrong)}
 
@@ -135,8 +168,18 @@ def focus():
                 wrong.append((x, y, shows, fv.hover_text))
             seen += 1
             hot += shows
+    clicked, clicks = [], 0  # the cell each click names (Why here? and the query hear it)
+    fv.sigCellClicked.connect(lambda cell, button, at: clicked.append(tuple(cell)[1:]))
+    for x, y in edges(fv, x0, x1, y0, y1, lambda a, b: a[1] != b[1], lambda a, b: a[2] != b[2]):
+        pos = QPointF(x / dpr, y / dpr)
+        h, q, k, _ = read(fv, pos)
+        click(fv, pos, Qt.MouseButton.LeftButton)
+        clicks += 1
+        if clicked[-1:] != [(h, q, k)] or st.query_pos != q:
+            wrong.append(("click", x, y, (h, q, k), clicked[-1:], st.query_pos))
+        st.set_query(None)
     return {"dpr": dpr, "image_dpr": image.devicePixelRatio(), "pooled": bool(fv.picture.pooled),
-            "seen": seen, "hot": hot, "wrong": wrong[:8], "n_wrong": len(wrong)}
+            "seen": seen, "hot": hot, "clicks": clicks, "wrong": wrong[:8], "n_wrong": len(wrong)}
 
 
 def dla():
@@ -187,8 +230,8 @@ def test_the_hovers_name_the_device_pixel_under_the_pointer(tmp_path):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     g, f, d = out["grid"], out["focus"], out["dla"]
     assert all(v["dpr"] == v["image_dpr"] == 2 for v in (g, f, d)), out
-    assert g["pool"] > 1 and g["seen"] > 10000 and g["clicks"] == 40, g
-    assert f["pooled"] and f["hot"] > 100 and f["seen"] > 2 * f["hot"], f
+    assert g["pool"] > 1 and g["seen"] > 10000 and g["clicks"] == 48, g
+    assert f["pooled"] and f["hot"] > 100 and f["seen"] > 2 * f["hot"] and f["clicks"] == 24, f
     assert g["n_wrong"] == 0, g
     assert f["n_wrong"] == 0, f
     assert d["seen"] > 10000 and d["n_wrong"] == 0, d

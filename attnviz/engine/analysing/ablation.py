@@ -110,28 +110,35 @@ def head_edits(clean: Trace, heads, mode: str = "zero") -> list[ReplaceHead]:
     return [ReplaceHead(layer, head, clean.z[layer][head].mean(axis=0)) for layer, head in heads]
 
 
-def edge_seen(cfg, q: int, k: int) -> bool:
-    """Whether query q attends to key k at all (two positions inside the text): every edge in an
-    encoder; in a decoder k <= q, inside its sliding window where it has one."""
+def edge_seen(cfg, layer: int, q: int, k: int) -> bool:
+    """Whether query q attends to key k in `layer` (two positions inside the text): every edge in
+    an encoder; in a decoder k <= q, inside the layer's sliding window where it has one (Gemma 3:
+    its local layers, not the global ones)."""
     if not cfg.causal:
         return True
-    return k <= q and (cfg.sliding_window is None or q - k < cfg.sliding_window)
+    window = cfg.window(layer)
+    return k <= q and (window is None or q - k < window)
+
+
+def seen_text(cfg, layer: int) -> str:
+    """What a query sees in `layer`, for refusals: 'keys at or before it[, within W]'."""
+    window = cfg.window(layer) if cfg.causal else None
+    return "keys at or before it" + (f", within {window}" if window else "")
 
 
 def knockout_edits(cfg, T: int, knockouts) -> list[Knockout]:
-    """Knockout edits for [(layers, q, k)], each an edge the query sees (edge_seen), and no row
-    left without a key in any layer."""
+    """Knockout edits for [(layers, q, k)], each an edge the query sees in each of its layers
+    (edge_seen), and no row left without a key in any layer."""
     edits = []
     for layers, q, k in knockouts:
         q, k = position_index(T, q), position_index(T, k)
-        if not edge_seen(cfg, q, k):
-            raise InputError(f"edge {q}->{k} is not one the query sees (a query sees keys at or "
-                             "before it" + (f", within {cfg.sliding_window}" if cfg.sliding_window
-                                            else "") + "): nothing to knock out")
+        for layer in layers:
+            if not edge_seen(cfg, layer, q, k):
+                raise InputError(f"edge {q}->{k} is not one the query sees in layer {layer} (a query "
+                                 f"sees {seen_text(cfg, layer)}): nothing to knock out")
         edits += [Knockout(layer, q, k) for layer in layers]
-    seen = causal_mask(T, cfg.sliding_window) if cfg.causal else np.ones((T, T), bool)
     for layer in {e.layer for e in edits}:
-        left = seen.copy()
+        left = causal_mask(T, cfg.window(layer)) if cfg.causal else np.ones((T, T), bool)
         for e in edits:
             if e.layer == layer:
                 left[e.q, e.k] = False

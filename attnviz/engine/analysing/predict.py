@@ -221,6 +221,20 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
 
 
 _HASH_ID = re.compile(r"#\s*(-?[0-9]+)")  # (a minus too: "#-1" is an id out of range, not text)
+_BARE_ID = re.compile(r"-?[0-9]+")
+
+
+def _vocab_id(digits: str, V: int) -> int:
+    """An id typed as digits ("464", "-1") -> the id, InputError when outside 0..V-1; a long one is
+    refused by its length (int() refuses over 4,300 digits) and named shortened."""
+    sign, digits = ("-", digits[1:]) if digits.startswith("-") else ("", digits)
+    if len(digits.lstrip("0")) > len(str(V)):
+        shown = sign + (digits if len(digits) <= 20 else f"{digits[:12]}… ({len(digits)} digits)")
+        raise InputError(f"token id {shown} is outside the vocabulary 0..{V - 1}")
+    i = int(sign + (digits.lstrip("0") or "0"))
+    if not 0 <= i < V:
+        raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
+    return i
 
 
 def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
@@ -231,13 +245,9 @@ def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
     ("2024" may be a token), the command line as ids."""
     spec = str(spec)
     V = model.config.vocab_size
-    m = _HASH_ID.fullmatch(spec.strip())
-    digits = spec.strip().lstrip("-")
-    if m or (digits_are_ids and digits.isascii() and digits.isdigit()):
-        i = int(m.group(1) if m else spec.strip())
-        if not 0 <= i < V:
-            raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
-        return i
+    m = _HASH_ID.fullmatch(spec.strip()) or (digits_are_ids and _BARE_ID.fullmatch(spec.strip()))
+    if m:
+        return _vocab_id(m.group(m.lastindex or 0), V)
     if not spec:
         raise InputError("give a token, or #id")
     if model.tokenizer is None:

@@ -158,6 +158,21 @@ def _matrices(layer) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def _shared_owners(layers: dict, keep) -> set[int]:
+    """Ids of the arrays (pages.owner) that hold matrices of more than one of `layers` (i ->
+    layer), one of them a layer not in `keep`: a buffer a lowered budget must empty to give back."""
+    holders: dict[int, set[int]] = {}  # id of an owning array -> layers in it
+    for i, layer in layers.items():
+        for _, o in _matrices(layer):
+            holders.setdefault(id(o), set()).add(i)
+    return {o for o, held in holders.items() if len(held) > 1 and not held <= keep}
+
+
+def _lies_in(layer, owners: set[int]) -> bool:
+    """Whether a matrix of `layer` lies in one of `owners` (ids of owning arrays)."""
+    return any(id(o) in owners for _, o in _matrices(layer))
+
+
 def _array_bytes(layer) -> int:
     """Bytes of a layer's arrays (tuples of them too), not its packed matrices; 0 for None."""
     n = 0
@@ -231,32 +246,31 @@ class LayerStore(Sequence):
             self._kept = {i: old[i] for i in keep if i in old}
             self._passing = OrderedDict()
             self._room = (budget - sum(self.sizes[i] for i in keep)) if budget is not None else 0
+            shared = _shared_owners(old, keep) if set(old) - keep else set()
             for i in sorted(old):  # layers that leave the set may stay in the passing room
-                if i not in keep:
+                if i not in keep and not _lies_in(old[i], shared):
                     self._pass(i, old[i])
-        if set(old) - keep:
-            self._leave_arena(old)
+        if shared:
+            self._leave_arena(shared)
 
-    def _leave_arena(self, old: dict) -> None:
-        """The layers held now that lie in one buffer with others of `old` (the load's _Arena)
-        copied out of it: a layer leaving the fixed set then gives its memory back once no run
-        holds it, not when every layer packed beside it has gone too."""
-        counts: dict[int, int] = {}  # id of an owning array -> layers of `old` in it
-        for layer in old.values():
-            for i in {id(o) for _, o in _matrices(layer)}:
-                counts[i] = counts.get(i, 0) + 1
+    def _leave_arena(self, shared: set[int]) -> None:
+        """The kept layers' matrices that lie in an owner of `shared` (the load's _Arena, holding
+        layers that left the set: set_budget let those go rather than copy them into the passing
+        room) copied out of it, so that buffer goes back once no run holds it; a kept layer whose
+        buffer keeps only kept layers stays where it is. Transient cost: until the copies are
+        made and the old layers let go, memory holds the old buffer and the copies of the kept
+        layers that lay in it (no more than the new fixed set)."""
         with self._lock:
-            held = {**self._passing, **self._kept}
-        for i, layer in held.items():
-            moved = {name: a.copy(order="K") for name, o in _matrices(layer) if counts.get(id(o), 0) > 1
+            kept = dict(self._kept)
+        for i, layer in kept.items():
+            moved = {name: a.copy(order="K") for name, o in _matrices(layer) if id(o) in shared
                      for a in (getattr(layer, name),)}  # (order K: a transposed slot stays transposed)
             if not moved:
                 continue
             layer_now = dataclasses.replace(layer, **moved)
             with self._lock:  # (unless the budget changed again meanwhile)
-                for where in (self._kept, self._passing):
-                    if where.get(i) is layer:
-                        where[i] = layer_now
+                if self._kept.get(i) is layer:
+                    self._kept[i] = layer_now
 
     def _pass(self, i: int, layer) -> None:  # under _lock: hold layer i in the room, oldest out
         self._passing[i] = layer

@@ -234,18 +234,21 @@ class AblationPanel(QWidget):
         if not (0 <= q < T and 0 <= k < T):
             self.message.setText(f"the edge {q}→{k} is outside this text's {tokens(T)} (0..{T - 1})")
             return
-        if not edge_seen(cfg, q, k):
-            window = f", within {cfg.sliding_window}" if cfg.sliding_window else ""
-            self.message.setText(f"the edge {q}→{k} is not one a query sees in {st.model.name} "
-                                 f"(keys at or before the query{window})")
+        seen = seen_span(cfg, span, q, k)
+        unseen = [i for i in span if i not in seen]
+        if not seen:
+            where = "" if len(span) == st.n_layer else f"'s {layers_text(span)}"
+            self.message.setText(f"the edge {q}→{k} is not one a query sees in {st.model.name}{where} "
+                                 f"(keys at or before the query{_within(cfg, span)})")
             return
         ab = self.effects.ablation
-        if set(span) <= knocked_out(ab, q, k):  # (with_knockout would take it back out)
-            self.message.setText(f"the edge {q}→{k} is already knocked out in {layers_text(span)}: "
+        if set(seen) <= knocked_out(ab, q, k):  # (with_knockout would take it back out)
+            self.message.setText(f"the edge {q}→{k} is already knocked out in {layers_text(seen)}: "
                                  "to restore it, select it above and press Switch back on")
             return
-        self.message.setText("")
-        self.effects.set_ablation(ab.with_knockout(span, q, k))
+        self.message.setText(f"knocked out in {layers_text(seen)} only: a query in {layers_text(unseen)} "
+                             f"sees keys within {cfg.sliding_window} of it" if unseen else "")
+        self.effects.set_ablation(ab.with_knockout(seen, q, k))
         self.knock_edit.clear()
 
     def _ranked_clicked(self, row: int, _col: int) -> None:
@@ -315,6 +318,19 @@ class AblationPanel(QWidget):
                 self.ranked.setItem(r, c, item)
 
 
+def _within(cfg, layers) -> str:
+    """', within W' where one of `layers` has a sliding window, else ''."""
+    windows = {cfg.window(i) for i in layers} if cfg.causal else {None}
+    window = max(windows - {None}, default=None)
+    return "" if window is None else f", within {window}" + (" in local layers" if None in windows else "")
+
+
+def seen_span(cfg, layers, q: int, k: int) -> tuple[int, ...]:
+    """Those of `layers` whose queries see the edge q -> k (all but the local layers it lies
+    beyond, in a model with a sliding window in some layers)."""
+    return tuple(i for i in layers if edge_seen(cfg, i, q, k))
+
+
 def knocked_out(ab, q: int, k: int) -> set[int]:
     """The layers in which the edge q -> k is knocked out under `ab` (any of its entries)."""
     return {i for layers, q2, k2 in ab.knockouts if (q2, k2) == (q, k) for i in layers}
@@ -322,8 +338,9 @@ def knocked_out(ab, q: int, k: int) -> set[int]:
 
 def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | None = None):
     """The grid's context menu on head (layer, head) at cell q -> k: switch the head off (zero or
-    mean) or back on, knock out the edge q -> k in this layer or in every layer (where the query
-    sees the key: any edge in an encoder) or restore that knockout, restore the clean run. Returns
+    mean) or back on, knock out the edge q -> k in this layer or in every layer, each where its query
+    sees the key (any edge in an encoder; in Gemma 3 a key past the window only in the global
+    layers, then named) or restore that knockout, restore the clean run. Returns
     the QMenu (the grid pops it up; tests trigger its actions)."""
     from PySide6.QtWidgets import QMenu
 
@@ -343,11 +360,18 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
                            + (", every head switched off follows" if ab.heads and mode != ab.mode
                               else "") + ")").triggered.connect(off)
     r = state.result
-    if (r is not None and state.model is not None and 0 <= q < r.n_tokens and 0 <= k < r.n_tokens
-            and edge_seen(state.model.config, q, k)):
+    seen = (seen_span(state.model.config, range(state.n_layer), q, k)
+            if r is not None and state.model is not None and 0 <= q < r.n_tokens and 0 <= k < r.n_tokens
+            else ())
+    if seen:
         edge = menu_text(f"{q} {quoted(r.labels[q])} → {k} {quoted(r.labels[k])}")  # (a token '&')
         done = knocked_out(ab, q, k)
-        for where, span in ((f"layer {layer}", (layer,)), ("every layer", tuple(range(state.n_layer)))):
+        spans = [(f"layer {layer}", (layer,))] if layer in seen else []
+        if len(seen) == state.n_layer:
+            spans.append(("every layer", seen))
+        elif seen != (layer,):  # the layers that see it (Gemma 3: past the window, its global ones)
+            spans.append((layers_text(seen), seen))
+        for where, span in spans:
             if (span, q, k) in ab.knockouts:  # exactly this knockout: the item takes it back out
                 menu.addAction(f"Restore {edge} in {where}").triggered.connect(
                     lambda _=False, span=span: eff.toggle_knockout(span, q, k))

@@ -23,7 +23,7 @@ from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, NoValueUnder, colour_bar, no_model_text, update_bar,
 )
 from attnviz.ui.views.mosaic import cell_readout
-from attnviz.ui.views.painted import painted_centres, painted_point
+from attnviz.ui.views.painted import PressWatch, painted_centres, painted_point
 
 class KeyAxis(pg.AxisItem):
     """Top axis whose tick labels are drawn rotated, so long key tokens never overlap."""
@@ -178,6 +178,7 @@ class FocusView(QWidget):
             sig.connect(self._draw_cell)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self.press = PressWatch(self.gw)  # (where a click's press fell, between whole pixels)
 
     def _head(self):
         st = self.state
@@ -443,8 +444,7 @@ class FocusView(QWidget):
                 st.show_status(text)
 
     def _on_mouse_clicked(self, ev):
-        pressed = getattr(self.gw, "mousePressPos", None)  # (pyqtgraph sets it at the first press)
-        p = self._painted_point(ev.scenePos(), pressed)
+        p = self._painted_point(ev.scenePos(), self.press.at)
         cell = self.cell_at(p.x(), p.y())
         if cell is None or self.state.on_screen()[1]:  # a query is a position in the whole result
             return

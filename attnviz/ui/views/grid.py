@@ -28,7 +28,7 @@ from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
-from attnviz.ui.views.painted import painted_point
+from attnviz.ui.views.painted import PressWatch, painted_point
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands,
     place_titles, update_bar,
@@ -136,6 +136,7 @@ class HeatmapGrid(QWidget):
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.vb.sigResized.connect(self._view_resized)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self.press = PressWatch(self.gw)  # (where a click's press fell, between whole pixels)
         self.outline = HeadOutline(self, state)  # the state's outlined heads (after the redraws above)
 
     def attach_compare(self, jobs) -> None:  # (grid_compare.attach)
@@ -456,8 +457,7 @@ class HeatmapGrid(QWidget):
     def _on_mouse_clicked(self, ev):
         if self.state.result is None:
             return
-        pressed = getattr(self.gw, "mousePressPos", None)  # (pyqtgraph sets it at the first press)
-        p = painted_point(self.gw, self.vb, self.img, ev.scenePos(), pressed)
+        p = painted_point(self.gw, self.vb, self.img, ev.scenePos(), self.press.at)
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return

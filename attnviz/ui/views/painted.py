@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QPointF
+from PySide6.QtCore import QEvent, QObject, QPointF
 
 from attnviz.figures.painted import painted_index
 
@@ -23,7 +23,7 @@ def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     ImageItem in `vb`, on GraphicsView `gw`) that Qt paints on the screen pixel under `scene_pos`.
     Off the image: where its pixels would lie; without an image: the point under `scene_pos`.
     `at`: the pointer's viewport position as Qt delivered it (pyqtgraph's GraphicsView keeps the
-    last move's, lastMousePos, and press's, mousePressPos), read where `scene_pos` is it rounded."""
+    last move's, lastMousePos; a press's: PressWatch), read where `scene_pos` is it rounded."""
     if item.image is None:
         return vb.mapSceneToView(scene_pos)
     t, dpr = gw.viewportTransform(), gw.devicePixelRatioF()  # (painted in device pixels)
@@ -34,6 +34,22 @@ def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, int(item.width()))
     i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, int(item.height()))
     return vb.mapSceneToView(item.mapToScene(QPointF(j + 0.5, i + 0.5)))
+
+
+class PressWatch(QObject):
+    """The viewport position of the last mouse press on GraphicsView `gw` as Qt delivered it
+    (`at`; None before the first), for painted_point on a click. pyqtgraph's GraphicsView records
+    its mousePressPos only while its own mouse handling is on, which it is not by default."""
+
+    def __init__(self, gw):
+        super().__init__(gw)
+        self.at: QPointF | None = None
+        gw.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched, ev) -> bool:
+        if ev.type() in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonDblClick):
+            self.at = QPointF(ev.position())
+        return False
 
 
 def painted_span(j: int, lo: float, hi: float, n: int) -> tuple[int, int]:
