@@ -55,8 +55,9 @@ def wrap(text: str | list[str], font: QFont, width: float, most: int | None = No
 
 def _words(text: str) -> list[tuple[str, str]]:
     """(the space before it, the word) for each word of `text`, a number and the word after it
-    being one word; a run of spaces is kept as written, any other white space reads as one space."""
-    parts = re.split(r"(\s+)", text.strip())
+    being one word; a run of spaces is kept as written, any other white space reads as one space,
+    and a no-break space joins the words beside it."""
+    parts = re.split(r"([^\S\u00a0]+)", text.strip())
     out: list[tuple[str, str]] = []
     for gap, word in zip([""] + parts[1::2], parts[::2]):
         gap = gap if set(gap) <= {" "} else " "

@@ -212,7 +212,7 @@ def test_a_folder_that_is_no_scan_keeps_the_scan_shown_with_one_message(window, 
     panel, _ = _open(window, qtbot, scan_dir)
     assert _open(window, qtbot, tmp_path)[1] is None
     assert "has no scan.json" in panel.status.text()
-    assert f"still showing {scan_dir}" in panel.status.text()
+    assert f"Still showing {scan_dir}" in panel.status.text()
     assert panel.scan is not None and panel.scan.path == scan_dir
 
 

@@ -74,6 +74,6 @@ def test_a_guide_that_fails_leaves_show_me_off(qtbot, settings_path, monkeypatch
 def test_a_note_instead_of_a_guide_leaves_show_me_off(qtbot, settings_path, monkeypatch):
     """The changed run's scores fail: the bar shows their note instead of a guide, and Show me no
     longer focuses the clean run's head."""
-    fails_on_the_changed_run(monkeypatch, H, "score_result", "no scores on this run (test)")
-    w, _ = switched_off_with(qtbot, settings_path, "no scores on this run (test)")
+    fails_on_the_changed_run(monkeypatch, H, "score_result", "No scores on this run (test)")
+    w, _ = switched_off_with(qtbot, settings_path, "No scores on this run (test)")
     w.worker.wait_idle()
