@@ -289,6 +289,17 @@ def head_means(out: Path, n_layer: int, n_head: int) -> dict:
     return means
 
 
+def stat_texts(out: Path) -> dict:
+    """{name: (fewest, most)}: over the heads, how many texts gave each statistic (a text with more
+    than heads.UNKNOWN_LIMIT unknown tokens gives no duplicate or induction value); (0, 0) when
+    no head has a row."""
+    counts = ", ".join(f"count({name}) AS {name}" for name in HEAD_STATS)
+    bounds = ", ".join(f"min({name}), max({name})" for name in HEAD_STATS)
+    (row,) = query(out, f"SELECT {bounds} FROM (SELECT {counts} FROM heads GROUP BY layer, head)",
+                   tables=("heads",))
+    return {name: (int(row[2 * i] or 0), int(row[2 * i + 1] or 0)) for i, name in enumerate(HEAD_STATS)}
+
+
 TOP_EXAMPLES_SQL = """
 SELECT layer, head, text_id, query_pos, key_pos, weight, query_token, key_token
 FROM examples

@@ -52,8 +52,11 @@ def _cell_font(texts, cell: float):
     return font
 
 
-def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = DEFAULT_COLORMAP) -> bytes:
-    """{name: [n_layer, n_head]} for each of `names` -> PNG bytes (needs a QGuiApplication)."""
+def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = DEFAULT_COLORMAP,
+              notes: dict | None = None) -> bytes:
+    """{name: [n_layer, n_head]} for each of `names` -> PNG bytes (needs a QGuiApplication).
+    `notes`: {name: words} added to that panel's heading ("over 4 texts", where its means are over
+    fewer texts than the title's)."""
     arrays = [np.asarray(means[n], dtype=np.float64) for n in names]
     if not arrays or arrays[0].ndim != 2 or 0 in arrays[0].shape:
         raise ExportError("nothing to draw: no head means")
@@ -78,9 +81,14 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
             top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
             unit = f" ({UNITS[name]})" if name in UNITS else ""
             p.setPen(TEXT)
-            p.setFont(figure_font(head_h * 0.5, bold=True))
-            p.drawText(QRectF(x0, y0, panel_w, head_h), Qt.AlignmentFlag.AlignVCenter,
-                       f"{name}{unit} 0..{plain_number(top)}")
+            heading = f"{name}{unit} 0..{plain_number(top)}" + (
+                f", {notes[name]}" if notes and notes.get(name) else "")
+            font = figure_font(head_h * 0.5, bold=True)
+            wide = QFontMetricsF(font).horizontalAdvance(heading)
+            if wide > panel_w:  # (a long note: smaller, not over the next panel)
+                font = figure_font(head_h * 0.5 * panel_w / wide, bold=True)
+            p.setFont(font)
+            p.drawText(QRectF(x0, y0, panel_w, head_h), Qt.AlignmentFlag.AlignVCenter, heading)
             gx, gy = x0 + label_w, y0 + head_h
             idx = heat_index(np.nan_to_num(a, nan=0.0), top)
             dec = _decimals(top)

@@ -268,7 +268,8 @@ _REQUIRED = {"model": str, "text": str, "tokens": list, "layer": int, "scope": s
 def open_sidecar(path: str | os.PathLike) -> dict:
     """Read the sidecar of an exported image, given the image or the sidecar itself, and check it.
     Returns its dict (keys model, text, tokens, layer, head, scope, colormap, scale_mode, levels,
-    hide_first, ..., and model_path for a model opened by path). Raises ExportError saying what is wrong."""
+    hide_first, ..., and model_path for a model opened by path: absolute, a relative one taken
+    from the sidecar's folder). Raises ExportError saying what is wrong."""
     p = Path(path)
     candidates = [p] if p.suffix.lower() == ".json" else [sidecar_path(p)]
     if p.suffix.lower() == ".json" and not p.exists():
@@ -309,6 +310,8 @@ def open_sidecar(path: str | os.PathLike) -> dict:
         raise ExportError(f"{found}: value_weighted should be true or false, got {doc['value_weighted']!r}")
     if not isinstance(doc.get("model_path", ""), str):
         raise ExportError(f"{found}: model_path should be a path, got {doc['model_path']!r}")
+    if doc.get("model_path"):  # (a relative one is from the sidecar's folder, not the current one)
+        doc["model_path"] = str((found.parent / Path(doc["model_path"]).expanduser()).resolve())
     doc.setdefault("head", None)
     doc["sidecar"] = str(found)
     return doc

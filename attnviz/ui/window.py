@@ -22,7 +22,7 @@ from attnviz.ui.machinery.guard import install_exception_guard
 from attnviz.ui.machinery.tuning import StartUpCollection, thaw_objects
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
-from attnviz.ui.views.load_outcome import report_load, shows_model_of
+from attnviz.ui.views.load_outcome import report_load
 from attnviz.ui.menus import Menus, about_html, show_keys
 from attnviz.ui.views.notices import Notices, sentence, show_status
 from attnviz.ui.views.side_tabs import make_readable
@@ -309,22 +309,9 @@ class MainWindow(QMainWindow):
             self.open_view(path)
 
     def open_view(self, path: str) -> None:
-        from attnviz.engine.errors import AttnvizError
-        from attnviz.figures.data import open_sidecar
-        from attnviz.ui.machinery.runner import failure
+        from attnviz.ui.views.load_outcome import open_view
 
-        try:
-            view = open_sidecar(path)
-        except (AttnvizError, OSError, ValueError, KeyError) as exc:
-            self.show_error(failure(f"Could not open view {path}", str(exc)))
-            return
-        if not view.get("model") or shows_model_of(view, self.state):
-            self.apply_view(view, path)
-            return
-        self.pending_view = (view, path)  # applied once that model is loaded
-        source = view.get("model_path") or view["model"]  # (a model opened by path: that path)
-        if self.state.loading != source:
-            self.load_model(source)
+        open_view(self, path)
 
     def apply_view(self, view: dict, path: str = "") -> None:
         """Show a view, all of it or (with a message) nothing of it."""
@@ -332,8 +319,10 @@ class MainWindow(QMainWindow):
 
         problem = apply_view(self.state, view)
         if problem is not None:
-            where = f" {path}" if path else ""
-            self.show_error(f"Could not open view{where}: {problem}; the view was left as it was")
+            from attnviz.ui.machinery.runner import failure
+
+            lead = f"Could not open view {path}" if path else "Could not open view"
+            self.show_error(f"{failure(lead, problem)} The view was left as it was.")
         else:
             self.clear_error()
             kind = view.get("view")

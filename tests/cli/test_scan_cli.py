@@ -499,6 +499,37 @@ def test_scan_report_counts_the_texts_the_means_are_over_not_those_that_failed(q
     assert titles == ["attnviz-textbook: head means over 5 texts of c.txt"]
 
 
+def test_scan_reports_figure_says_the_duplicate_and_induction_means_are_over_fewer_texts(
+        qapp, tmp_path, monkeypatch):
+    """Two of the four texts are mostly unknown words (the textbook's [UNK]): every head's duplicate
+    and induction means are over the other two, and those panels' headings say so; the title and
+    the other panels say all four."""
+    from PySide6.QtGui import QPainter
+
+    from attnviz.engine.analysing.corpus_stats import HEAD_STATS
+    from attnviz.figures import corpus as corpus_figures
+
+    path = tmp_path / "c.txt"
+    path.write_text("the cat sat on the mat\nqzx vbn plk wrt\nthe dog ran\nzebra xylophone quartz\n")
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
+                 "--workers", "0"]) == 0
+    drawn = []
+
+    class Recording(QPainter):  # the figure's words, as it draws them
+        def drawText(self, *args):
+            drawn.append(args[-1])
+            return super().drawText(*args)
+
+    monkeypatch.setattr(corpus_figures, "QPainter", Recording)
+    assert main(["scan-report", str(out)]) == 0
+    assert "attnviz-textbook: head means over 4 texts of c.txt" in drawn
+    headings = {t.split()[0]: t for t in drawn if t.split() and t.split()[0] in HEAD_STATS}
+    assert set(headings) == set(HEAD_STATS)
+    for name, heading in headings.items():
+        assert heading.endswith(", over 2 texts") == (name in ("duplicate", "induction")), heading
+
+
 def test_jsonl_lines_that_are_not_texts_are_recorded_with_their_line(tmp_path, capsys):
     from attnviz.corpus import store
 

@@ -7,7 +7,7 @@ import pytest
 
 from attnviz.engine import InputError, ModelLoadError, load_model
 from attnviz.engine.computing.text_input import clean_text, parse_typed_ids
-from attnviz.engine.computing.patterns import check_finite
+from attnviz.engine.computing.patterns import check_finite, check_index
 from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, tiny_llama, tiny_text_model, write_model
 from attnviz.engine.computing.request import RunRequest
 
@@ -235,3 +235,16 @@ def test_a_non_finite_run_clears_the_kv_cache(tmp_path, monkeypatch):
     monkeypatch.undo()
     again = model.run(ids=[1, 2, 3, 4])
     assert again.cache_reused == 0 and np.isfinite(again.attentions).all()
+
+
+def test_an_index_out_of_range_counts_the_layers_in_words():
+    with pytest.raises(InputError) as err:
+        check_index("layer", 99, 1)
+    assert str(err.value) == "layer 99 is out of range: the model has 1 layer (0..0)"
+    with pytest.raises(InputError) as err:
+        check_index("head", 12, 12, "MiniLM", " per layer")
+    assert str(err.value) == "head 12 is out of range: MiniLM has 12 heads per layer (0..11)"
+    from attnviz.engine.reading.checkpoint_list import check_index as checkpoint_index
+
+    with pytest.raises(InputError, match="this model has 1 checkpoint [(]"):
+        checkpoint_index(1, 1)

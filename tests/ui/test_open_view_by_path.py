@@ -1,7 +1,9 @@
 """A view exported from a model opened by path (a GGUF file given as a file, not a name) reopens in
 a fresh window: the sidecar keeps the model's name and its absolute path, File -> Open view loads
 that path, and a file moved since is named in the message (`attnviz export`'s sidecar:
-tests/cli/test_export_sidecar_path.py)."""
+tests/cli/test_export_sidecar_path.py). A relative path is from the sidecar's folder, the model on
+screen by another spelling of its path is not loaded again, a path not on this machine falls back
+to the model's name, and a view the model cannot show says why in sentences."""
 
 import json
 import sys
@@ -66,3 +68,72 @@ def test_a_view_exported_from_a_model_opened_by_path_reopens_it_and_names_it_onc
     assert f"No GGUF file at {model}" in banner.text(), banner.text()
     assert b.state.model_name == "all-MiniLM-L6-v2"
 
+
+
+def gguf(tmp_path) -> Path:
+    (tmp_path / "models").mkdir()
+    return spm_model(tmp_path / "models" / "s.gguf")
+
+
+def sidecar_of(out: Path, model: str, **fields) -> Path:
+    """A sidecar at `out` of head 0.1 of the model named `model` showing TEXT, with `fields`."""
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "model": model, "text": TEXT,
+        "tokens": [], "layer": 0, "head": 1, "scope": "head", "colormap": "viridis",
+        "scale_mode": "shared", "hide_first": False, **fields}))
+    return out
+
+
+def test_a_relative_model_path_is_taken_from_the_sidecars_folder_not_the_current_one(
+        qtbot, tmp_path, monkeypatch):
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s",
+                       model_path="../models/s.gguf", colormap="plasma")
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")  # (../models from here is not there)
+    w = reopened(qtbot, tmp_path, sidecar, "s", model)
+    assert w.state.colormap == "plasma" and w.state.focus == (0, 1)
+
+
+def test_the_model_on_screen_by_another_spelling_of_its_path_is_not_loaded_again(
+        qtbot, tmp_path, monkeypatch):
+    model = gguf(tmp_path)
+    (tmp_path / "models" / "x").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "models")
+    monkeypatch.chdir(tmp_path)
+    w = open_window(qtbot, tmp_path / "w.ini", model="link/s.gguf", text="Another text.")
+    assert w.state.model_path == str(model)  # (the file the symlink leads to)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s",
+                       model_path=str(tmp_path / "models" / "x" / ".." / "s.gguf"), colormap="plasma")
+    w.open_view(str(sidecar))
+    assert not w.state.loading  # shown at once, on the model already there
+    assert w.state.colormap == "plasma" and w.state.text == TEXT
+    assert w.state.model_source == "link/s.gguf" and not widget(w, "error_banner").isVisible()
+
+
+def test_a_model_path_not_on_this_machine_reopens_the_model_of_its_name(qtbot, tmp_path):
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "all-MiniLM-L6-v2",
+                       model_path=str(tmp_path / "elsewhere" / "all-MiniLM-L6-v2"), colormap="plasma")
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(model))
+    w.open_view(str(sidecar))
+    qtbot.waitUntil(lambda: w.state.model_name == "all-MiniLM-L6-v2" and w.state.text == TEXT
+                    and not w.state.loading, timeout=WAIT)
+    assert w.state.colormap == "plasma" and w.state.focus == (0, 1)
+    assert not widget(w, "error_banner").isVisible(), widget(w, "error_banner").text()
+
+
+def test_a_view_the_model_on_screen_cannot_show_says_why_in_sentences(qtbot, tmp_path):
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s", layer=99)
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(model), text="Another text.")
+    w.open_view(str(sidecar))
+    banner = widget(w, "error_banner")
+    assert banner.isVisible()
+    assert w.state.n_layer == 1
+    assert banner.text() == (f"Could not open view {sidecar}. Layer 99 is out of range: the model has "
+                             "1 layer (0..0) in s. The view was left as it was.")
+    assert w.state.text == "Another text."

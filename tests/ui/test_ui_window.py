@@ -306,12 +306,13 @@ def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_ba
     window.open_view(str(path))
     msg = widget(window, "error_banner").text()
     assert widget(window, "error_banner").isVisible() and str(path) in msg
-    assert "layer 99 is out of range" in msg and "6 layers (0..5)" in msg and msg.endswith(".")
+    assert f"{path}. Layer 99 is out of range" in msg and "6 layers (0..5)" in msg
+    assert msg.endswith(". The view was left as it was.")
     assert (st.text, st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first) == before
     doc.update(layer=2, head=50)
     path.write_text(json.dumps(doc))
     window.open_view(str(path))
-    assert "head 50 is out of range" in widget(window, "error_banner").text() and st.layer == before[1]
+    assert "Head 50 is out of range" in widget(window, "error_banner").text() and st.layer == before[1]
 
     doc.update(layer=2, head=3)
     path.write_text(json.dumps(doc))

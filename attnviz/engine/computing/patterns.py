@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.reading.token_text import plural
 
 SCOPES = ("head", "layer", "all")
 SCALE_MODES = ("shared", "per-head")  # colour scale: one for all heads shown, or one per head
@@ -144,7 +145,7 @@ def check_index(what: str, index: int | None, count: int, owner: str = "the mode
     if index is None:
         raise InputError(f"a {what} index is needed (0..{count - 1})")
     if not 0 <= index < count:
-        raise InputError(f"{what} {index} is out of range: {owner} has {count} {what}s{per} "
+        raise InputError(f"{what} {index} is out of range: {owner} has {plural(count, what)}{per} "
                          f"(0..{count - 1})")
 
 

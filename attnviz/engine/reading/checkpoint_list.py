@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading.validate import exists, read_json_object, refusal, show
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,6 @@ def count_checkpoints(folder: Path) -> int:
 def check_index(i: int, n: int) -> int:
     """A checkpoint index (negative counts from the end) -> 0..n-1, or InputError."""
     if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
-        raise InputError(f"checkpoint {i} is out of range: this model has {n} checkpoints "
+        raise InputError(f"checkpoint {i} is out of range: this model has {plural(n, 'checkpoint')} "
                          f"(0..{n - 1}, or -1 for the last)")
     return i % n

@@ -385,7 +385,8 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
 
 def opened_path(source: str | Path) -> str | None:
     """Where a model opened by path (`source` names a file or folder on disk) is, as an absolute
-    path: what a view's sidecar reopens it by, from any folder. None for a name (or nothing), which
-    reopens by itself."""
+    path with no `..` or symlink in it (one spelling per file, to compare and to reopen from any
+    folder): what a view's sidecar reopens it by. None for a name (or nothing), which reopens by
+    itself."""
     path = Path(str(source)).expanduser() if source else None
-    return str(path.absolute()) if path is not None and path.exists() else None
+    return str(path.resolve()) if path is not None and path.exists() else None

@@ -156,21 +156,36 @@ def refusal(source: Any, key: str, found: str | None, expected: str) -> ModelLoa
     return ModelLoadError(f"{source} sets {key} to {found}, but it must be {expected}")
 
 
+# The words the project's error messages start a sentence with (a test keeps the list whole). An
+# error whose first word is one of them gets a capital; any other first word is kept as it is
+# spelt: a message may start with a model, folder, file or key name ("tiny has no training
+# checkpoints"), and a name keeps its case.
+SENTENCE_STARTS = frozenset("""
+    a ablation an attention batch calculator cannot checkpoint circuits corpus direction expected
+    export give head heads index key knocking knockout larger layer layers lens loss memory model
+    must newer no nothing only patching position preset region rendering resuming role rounding
+    rows scale scope sequence stopped target temperature tensor text the there this token too
+    unexpected unknown view what width""".split())
+
+
 def sentences(lead: str, why: str) -> str:
     """What could not be done and why, as two sentences ("Could not load model B. For B, a memory
     budget ..."), never "lead: why", which would chain a second colon to any in the error. The
-    error keeps its words; it gets a capital only where it starts with a plain lowercase word (not a
-    file, path or key, whose case is its name). The window's failure lines (runner.failure) too."""
+    error keeps its words; it gets a capital only where its first word is one of the plain words
+    the project's messages start with (SENTENCE_STARTS), never where it starts with a name. The
+    window's failure lines (runner.failure) too."""
     why = str(why).strip()
-    first = why.split(maxsplit=1)[0] if why else ""
-    if first.isalpha() and first.islower():
+    first = why.split(maxsplit=1)[0].rstrip(",:;…") if why else ""  # ("text.json" is a name)
+    if first in SENTENCE_STARTS:
         why = why[0].upper() + why[1:]
     return " ".join(_full_stop(part) for part in (lead, why) if part)
 
 
-def _full_stop(text: str) -> str:  # exactly one final period ('?' and '!' stay)
-    text = text.rstrip().rstrip(".").rstrip()
-    return text if text.endswith(("?", "!")) else text + "."
+def _full_stop(text: str) -> str:
+    """`text` ending as a sentence: a period added where it does not already end in one, '?', '!'
+    or '…'; nothing is taken off (a final '.' may be a path, "attnviz --model .")."""
+    text = text.rstrip()
+    return text if text.endswith((".", "?", "!", "…")) else text + "."
 
 
 def is_whole(value: Any) -> bool:

@@ -2,8 +2,9 @@
 runner's Compare session (ui/machinery/compare_jobs.py):
 
 - A | B | A − B: every head of the layer on screen, as the grid shows them (under Hide first token
-  renormalised, the hidden key and rows with no weight left blank, a line under them saying so;
-  each tile pooled to its pixels: compare_tiles.py); the difference in a diverging
+  renormalised, the hidden key and rows with no weight painted in the no-value colour,
+  figures/style.no_value_colour, a line under them naming it; each tile pooled to its pixels:
+  compare_tiles.py); the difference in a diverging
   colour map symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
 - the layers x heads JSD map (figures/headmap.py); a click focuses that head, shown below as A, B
   and A − B side by side;

@@ -1,8 +1,13 @@
 """What the window says when a load ends (AppState.report_load): loaded (and a view that waited for
-that model is opened), failed (the banner, and what stays on screen) or cancelled."""
+that model is opened), failed (the banner, and what stays on screen) or cancelled; and File > Open
+view, which may load the view's model first."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from attnviz.engine.errors import AttnvizError
+from attnviz.engine.reading import registry
 from attnviz.engine.reading.memory_budget import chosen_by_command_line
 from attnviz.ui.machinery import settings as remembered
 from attnviz.ui.machinery.runner import failure
@@ -87,7 +92,42 @@ def loaded(w, model) -> None:
 
 def shows_model_of(view: dict, state) -> bool:
     """Whether `state`'s model is the one a view (a sidecar) was exported from: the file or folder
-    it names (model_path) where that model was opened by path, else the model of its name."""
+    it names (model_path) where that model was opened by path, else the model of its name. Paths
+    are compared resolved: `/x/../x/m`, a symlink to m and m itself are one model."""
     if view.get("model_path"):
-        return state.model_path == view["model_path"]
+        return state.model_path is not None and \
+            Path(state.model_path).resolve() == Path(view["model_path"]).resolve()
     return view.get("model") in (state.model_name, state.model_source)
+
+
+def open_view(w, path: str) -> None:
+    """File > Open view of `path` (a sidecar, or the picture it is beside) in window `w`: shown now
+    where its model is on screen, else once that model is loaded (`loaded`)."""
+    from attnviz.figures.data import open_sidecar
+
+    try:
+        view = by_name_once_moved(open_sidecar(path))
+    except (AttnvizError, OSError, ValueError, KeyError) as exc:
+        w.show_error(failure(f"Could not open view {path}", str(exc)))
+        return
+    if not view.get("model") or shows_model_of(view, w.state):
+        w.apply_view(view, path)
+        return
+    w.pending_view = (view, path)  # applied once that model is loaded
+    source = view.get("model_path") or view["model"]  # (a model opened by path: that path)
+    if w.state.loading != source:
+        w.load_model(source)
+
+
+def by_name_once_moved(view: dict) -> dict:
+    """A view whose model_path is gone (the model moved, or the sidecar came from another machine)
+    reopens its model by name where that is a name the registry knows (not a path from the current
+    folder); else it keeps the path, and the failed load names the path it tried."""
+    where, name = view.get("model_path"), view.get("model")
+    if not where or Path(where).exists() or not name or Path(name).expanduser().exists():
+        return view
+    try:
+        registry.resolve(name)
+    except (AttnvizError, OSError):
+        return view
+    return {k: v for k, v in view.items() if k != "model_path"}
