@@ -49,3 +49,15 @@ class Handoff:
             self.ran(trace, result)
             self.keep(WindowRun(result, trace, None, CLEAN, dense_limit=self.dense_limit))
         return result
+
+
+def not_compared(run) -> str | None:
+    """The Compare panel's note on A's run `run` handed over with nothing to compare: a long text's
+    (None: A's run failed or was stopped, which A's own report of it says)."""
+    from attnviz.engine.computing.longdoc import LongRun
+    from attnviz.engine.reading.token_text import tokens
+
+    if isinstance(run, LongRun):
+        return (f"Not compared: a long text ({tokens(run.patterns.T)}) runs without its whole attention "
+                "patterns. Compare waits for a text of dense size.")
+    return None

@@ -39,7 +39,7 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.compare_b import give_back, load_b
-from attnviz.ui.machinery.compare_handoff import Handoff
+from attnviz.ui.machinery.compare_handoff import Handoff, not_compared
 from attnviz.ui.machinery.job import shared_relay
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -116,7 +116,8 @@ class CompareJobs(QObject):
         self.induction: dict | None = None  # compare.induction on the probe
         self.mode = "A-B"
         self.note = ""  # one line: why B did not open, or why there is no comparison
-        self.failed: str | None = None  # why the last comparison asked for failed (None: it did not)
+        self.failed: str | None = None  # why the last comparison asked for failed, A's run too (None: it did not)
+        self.long_text = False  # A's last run is a long text's, which is not compared
         self.last_s = 0.0
         self._known = None  # compare_tokens.next_token_numbers' `seen` of the last numbers: what is reused
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
@@ -128,6 +129,7 @@ class CompareJobs(QObject):
         st.effects.sigRunChanged.connect(self._on_run)
         st.sigResultChanged.connect(self._on_result)
         st.sigModelChanged.connect(lambda _m: self.close())
+        st.sigComputeReported.connect(self._on_reported)
 
     @property
     def active(self) -> bool:
@@ -177,6 +179,7 @@ class CompareJobs(QObject):
         self.source, self.note = source, ""
         shown, self._handoff = self._shown_run(a), None
         self.comparison = self.induction = self._known = self.failed = None
+        self.long_text = False
         self.worker.claim(COMPARE_KIND)  # the jobs before, stale: none runs on the caches cleared
         if shown is None:  # (else no run of A is on its way: the one shown is the newest)
             self.worker.claim("compute")
@@ -216,6 +219,7 @@ class CompareJobs(QObject):
             give_back(self._beside, self.b)
         self.b = self.identity = self.source = self.loading = self._follower = self._beside = None
         self.comparison = self.induction = self._known = self.failed = None
+        self.long_text = False
         self.note = ""
         if had:
             self.sigChanged.emit()
@@ -234,6 +238,7 @@ class CompareJobs(QObject):
             self.worker.cancel(kind)
         self._handoff, self._frame_of = None, None
         self.comparison = self.induction = self._known = self.failed = None
+        self.long_text = False
         self._follower = Follower(self._follow_new_a(self._follower.a), self.b)
         self.note = f"A is now {side_name(a)}: comparing it with B again\u2026"
         self.worker.scores_after_frame()  # (quick text scores waiting for the old comparison's frame)
@@ -333,7 +338,7 @@ class CompareJobs(QObject):
         def work():
             run = run_of()
             if not isinstance(run, WindowRun) or stale():  # (A's run failed, stopped, or was long)
-                return None
+                return not_compared(run) if not stale() else None
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
@@ -353,7 +358,10 @@ class CompareJobs(QObject):
         a, b = request
         if a is not self.state.model or b is not self.b:
             return
-        if isinstance(error, Cancelled) or (value is None and error is None):
+        if isinstance(value, str):  # A's run was a long text's: nothing comes to compare
+            self.long_text, self.failed, self.note = True, None, value
+            self.sigChanged.emit()
+        if isinstance(error, Cancelled) or (error is None and not isinstance(value, Comparison)):
             # no run of A to compare, or a newer keystroke replaced A's: no frame follows
             self.worker.scores_after_frame()
             return
@@ -363,7 +371,7 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
             self.worker.scores_after_frame()
             return
-        self.comparison, self.last_s, self.failed = value, value.seconds, None
+        self.comparison, self.last_s, self.failed, self.long_text = value, value.seconds, None, False
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
         self.sigChanged.emit()  # (the panel paints it in this turn)
         # the pool's next jobs (the next-token numbers, the text's head scores) after this frame's
@@ -373,6 +381,14 @@ class CompareJobs(QObject):
         if self._frame_of is None:
             QCoreApplication.postEvent(self, QEvent(_FRAME), Qt.EventPriority.LowEventPriority.value)
         self._frame_of = value
+
+    def _on_reported(self, request, message: str) -> None:
+        """The newest run of A failed (its last good result stays shown): no comparison of its
+        text comes, and the selector and the note say why, not that one is on its way."""
+        if message and self.active and request.model is self.state.model:
+            self.failed, self.long_text = message, False
+            self.note = failure("A's run of the text failed, so nothing is compared", message)
+            self.sigChanged.emit()
 
     def event(self, ev) -> bool:
         if ev.type() == _FRAME:
