@@ -262,7 +262,7 @@ class CompareJobs(QObject):
 
     @property
     def budget_shared(self) -> bool:
-        """Whether a chosen memory budget is split between A and a B loaded for Compare."""
+        """Whether the memory budget (a size or auto) is split between A and a B loaded for Compare."""
         return self._beside is not None
 
     def share_budget(self, n_bytes: int | None) -> bool:
