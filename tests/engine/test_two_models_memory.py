@@ -10,7 +10,7 @@ import re
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.pair_memory import budget_left, load_second
+from attnviz.engine.analysing.pair_memory import budget_left, load_beside, load_second, move_beside
 from attnviz.engine.computing.checkpoints import load_checkpoints
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import AttnvizError, ModelLoadError
@@ -39,19 +39,24 @@ def _open_b(a):
     return load_second(lambda budget: load_model(LLAMA, budget=budget), a, "B")
 
 
+def _load_b(a):
+    """B as it loads beside `a` (load_beside), before A's budget and B's are split (Second.accept)."""
+    return load_beside(lambda budget: load_model(LLAMA, budget=budget), a, "B").model
+
+
 def test_b_opened_under_auto_leaves_room_for_the_grams_a_has_not_made(monkeypatch):
     """Memory for B's layers and what B needs besides (its own Grams too) keeps every layer of B
-    alone; beside an A that has made none of its Grams, B keeps less by A's Grams' bytes, and
-    beside an A that made them all, every layer again."""
+    alone; beside an A that has made none of its Grams, B loads keeping less by A's Grams' bytes,
+    and beside an A that made them all, every layer again."""
     a = load_model(LLAMA)
     total = sum(a.weights.layers.sizes)
     besides = Checkpoint(LLAMA).float32_bytes() - total + grams_bytes(a.config)
     monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + besides + total)
     assert load_model(LLAMA).weights.layers.budget == total  # B alone
-    b = _open_b(a).weights.layers
+    b = _load_b(a).weights.layers
     assert b.budget == total - grams_bytes(a.config) and b.kept < a.config.n_layer
     a.run(ids=IDS, request=VALUES)  # all of A's Grams made: their memory is out of what is available
-    b = _open_b(a).weights.layers
+    b = _load_b(a).weights.layers
     assert b.budget == total and b.kept == a.config.n_layer
 
 
@@ -210,3 +215,57 @@ def test_auto_short_of_what_a_and_b_hold_takes_from_b_first(monkeypatch):
         for m in (a, b):
             m.set_memory_budget(10 * held)
             m.run(ids=IDS)  # (every layer held again)
+
+
+def _auto_room(*models) -> int:
+    """What auto allows the models open together: the memory available less HEADROOM and the Grams
+    they have not made yet, with what they hold now counted in (share_auto)."""
+    unmade = sum(m.grams_to_make() for m in models)
+    return MB.default_budget(unmade, clamp=False) + sum(sum(m.budgeted_bytes()) for m in models)
+
+
+def _mock_memory(monkeypatch, free: int) -> list:
+    """The memory available mocked: HEADROOM, then [0] (set it to the Grams not made yet), then `free`."""
+    unmade = [0]
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + unmade[0] + free)
+    return unmade
+
+
+def test_b_opened_under_auto_holds_a_and_b_together(monkeypatch):
+    """B opened under auto: A's budget, worked out before B held anything, no longer claims the
+    memory B's does: the two together hold what auto allows, split as a chosen size is (A keeps
+    what it holds, B gets the rest)."""
+    a = load_model(LLAMA)
+    sizes = a.weights.layers.sizes
+    free = 6 * sum(sizes)
+    unmade = _mock_memory(monkeypatch, free)
+    a.set_memory_budget(None)  # (A alone under auto: every byte available is A's)
+    a.run(ids=IDS)
+    unmade[0] = 2 * a.grams_to_make()  # (A's Grams and B's, none made)
+    b = _open_b(a)
+    room = _auto_room(a, b)
+    assert room == free + sum(a.budgeted_bytes()) + sum(b.budgeted_bytes())
+    assert a.weights.layers.budget + b.weights.layers.budget == room
+    assert a.weights.layers.budget == a.budgeted_bytes()[0] == sum(sizes)
+
+
+def test_a_moved_to_another_step_under_auto_holds_the_new_a_and_b_together(monkeypatch):
+    """A moved to another training step under auto (move_beside): the new A and B hold what auto
+    allows together (the new A's budget, worked out as it loaded, claimed B's memory too), and the
+    step A left is no longer lowered beside B: its budget is what auto gives it alone."""
+    old, new = load_model(LLAMA), load_model(LLAMA)
+    sizes = old.weights.layers.sizes
+    free = 6 * sum(sizes)
+    unmade = _mock_memory(monkeypatch, free)
+    unmade[0] = 3 * old.grams_to_make()  # (old's, new's and B's Grams, none made)
+    for m in (old, new):
+        m.set_memory_budget(None)  # (as a step loads: auto from the memory available)
+    old.run(ids=IDS)
+    b = _open_b(old)
+    assert old.weights.layers.budget == sum(sizes)  # (lowered beside B: what it holds)
+    move_beside(old, new, b, None)
+    assert new.weights.layers.budget + b.weights.layers.budget == _auto_room(new, b)
+    assert new.weights.layers.budget == sum(sizes)  # (what new holds: its layers, expanded as it loaded)
+    assert old.beside() == [] and old not in b.beside() and new in b.beside()
+    alone = free + unmade[0] - old.grams_to_make() + old.budgeted_bytes()[0]
+    assert old.weights.layers.budget == alone

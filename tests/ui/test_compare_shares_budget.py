@@ -195,3 +195,57 @@ def test_a_budget_chosen_while_b_loads_is_split_as_b_opens(window, qtbot, monkey
         w.worker.wait_idle()
         assert jobs.b is None and budget(a) == now
         assert "is too small for model A and model B together" in jobs.note
+
+
+def _auto_memory(monkeypatch, a) -> int:
+    """The memory available mocked, fixed: HEADROOM, room for A's and a B's W_O Grams (as many as
+    A's), and 64 MiB -> those 64 MiB."""
+    from attnviz.engine.reading import weights
+    from attnviz.engine.reading.memory_budget import grams_bytes
+
+    free, grams = 64 << 20, 2 * grams_bytes(a.config)
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + grams + free)
+    return free
+
+
+def _auto_room(*models) -> int:
+    """What auto allows the models open together now: the memory available less HEADROOM and the
+    Grams they have not made yet, with what they hold counted in (pair_memory.share_auto; the
+    memory a comparison's runs made them hold since counted in too)."""
+    unmade = sum(m.grams_to_make() for m in models)
+    return MB.default_budget(unmade, clamp=False) + sum(sum(m.budgeted_bytes()) for m in models)
+
+
+def test_b_opened_under_auto_holds_a_and_b_together(window, qtbot, monkeypatch):
+    """B opened under auto: A's budget, worked out before B was open, is lowered to what A holds,
+    B gets the rest of what auto allows (as a chosen size is split as B opens): the two budgets
+    together hold what auto allows, not each nearly all of it."""
+    w, jobs = window, window.worker.compare_jobs
+    a = w.state.model
+    sizes = a.weights.layers.sizes
+    _auto_memory(monkeypatch, a)
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    b = jobs.b
+    assert budget(a) + budget(b) <= _auto_room(a, b)
+    assert budget(a) == sum(sizes) and budget(b) >= sum(sizes)  # (each holds all its layers)
+
+
+def test_a_new_step_under_auto_holds_the_new_a_and_b_together(window, qtbot, monkeypatch):
+    """A moved to another training step under auto with B open: the new step and B hold what auto
+    allows together, and the step A left is no longer lowered beside B: its budget is what auto
+    gives it alone (as a chosen size is given back whole to the step A left)."""
+    w, st, jobs = window, window.state, window.worker.compare_jobs
+    a32 = st.model
+    _auto_memory(monkeypatch, a32)
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    b = jobs.b
+    st.set_checkpoint(16)
+    settled(qtbot, w)
+    a16 = st.model
+    assert a16 is not a32 and budget(a16) + budget(b) <= _auto_room(a16, b)
+    assert budget(a16) == sum(a32.weights.layers.sizes)  # (every layer of it, as it holds them)
+    left = budget(a32)
+    a32.set_memory_budget(None)  # (what auto gives the step A left, beside nothing)
+    assert left == budget(a32) and a32.beside() == []

@@ -1,7 +1,8 @@
 """Compare's two models and the memory budget: model B opened beside model A (load_beside,
 load_second), and one budget, chosen (--memory-budget, the window's setting) or auto, holding the
-two together: B gets what A keeps now leaves of it, A the rest (share_budget, share_auto); A's own
-again as B goes (own_budget) or as A moves to another training step (move_beside)."""
+two together: B gets what A keeps now leaves of it, A the rest (share_budget, share_auto), as B
+opens (Second.accept) and as A moves to another training step (move_beside); A's own again as B
+goes (own_budget) or as A leaves that step."""
 
 from __future__ import annotations
 
@@ -105,21 +106,28 @@ def own_budget(a, b, chosen: int | None) -> None:
 
 def move_beside(old, new, b, chosen: int | None) -> None:
     """Model B, loaded beside `old` (load_second), beside `new` instead (A moved to another
-    training step): old's budget whole again (own_budget) and old no longer beside B; new and B
-    each beside the other, and under a chosen budget new's lowered to what B's leaves of it (at
-    least one layer), so the two together hold `chosen` at most. Under the default, old's budget
-    stays as it is (B, kept, still holds its memory)."""
+    training step): old no longer beside B and its budget its own again, the chosen one whole
+    (own_budget) or under the default what auto gives it alone (B, kept, still holds its memory:
+    none of it is counted in); new and B each beside the other, and under a chosen budget new's
+    lowered to what B's leaves of it (at least one layer), so the two together hold `chosen` at
+    most; under the default the memory available split between new and B (share_auto), as when
+    B opened beside old."""
     if chosen is not None:
         own_budget(old, b, chosen)
     old.close_beside(b)
     b.close_beside(old)
+    if chosen is None and old is not b:
+        old.set_memory_budget(None)
     if b is new:
         return
     new.open_beside(b)
     b.open_beside(new)
+    if chosen is None:
+        share_auto(new, b)
+        return
     budget = getattr(b.weights.layers, "budget", None)
     sizes = getattr(new.weights.layers, "sizes", ())
-    if chosen is not None and budget is not None and sizes:
+    if budget is not None and sizes:
         new.set_memory_budget(max(max(sizes), chosen - budget))
 
 
@@ -127,18 +135,25 @@ def move_beside(old, new, b, chosen: int | None) -> None:
 class Second:
     """Model B as load_beside loaded it, A not yet changed: `own` whether it was loaded for the
     caller (not A itself nor a model in `shared`, which are as they were), `a_budget` A's budget
-    beside it under a chosen budget (the chosen one less B's; None: A's stays), `chosen` the
-    budget read as B's load began, which a_budget and B's own were worked out from."""
+    beside it under a chosen budget (the chosen one less B's; None: the default, split as B is
+    accepted), `chosen` the budget read as B's load began, which a_budget and B's own were worked
+    out from."""
     model: object
     own: bool
     a_budget: int | None = None
     chosen: int | None = None
 
     def accept(self, a) -> None:
-        """A's budget lowered to its share beside B, once B is kept (a B let go changes nothing),
-        or the budget chosen since B's load began split between them (reshare)."""
-        if not self.reshare(a) and self.a_budget is not None:
+        """A's budget lowered to its share beside B, once B is kept (a B let go changes nothing):
+        under the default, the memory available split between them (share_auto; A's budget,
+        worked out before B held any memory, would claim what B's does), or the budget chosen
+        since B's load began split between them (reshare)."""
+        if self.reshare(a):
+            return
+        if self.a_budget is not None:
             a.set_memory_budget(self.a_budget)
+        elif self.own and self.chosen is None:
+            share_auto(a, self.model)
 
     def reshare(self, a) -> bool:
         """Where another budget was chosen while B loaded (Models > Memory budget: A's alone, B
@@ -154,7 +169,8 @@ class Second:
 
 def load_second(load: Callable[[int | None], object], a, what: str, shared: tuple = ()):
     """Model B beside model `a` (load_beside), a's budget lowered at once to its share (A and B
-    together hold the chosen budget at most; own_budget gives it back as B goes)."""
+    together hold the chosen budget, or what auto allows, at most; own_budget gives it back as B
+    goes)."""
     second = load_beside(load, a, what, shared)
     second.accept(a)
     return second.model
@@ -165,7 +181,8 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
     leaves (budget_left), and a's own budget is to be lowered to the rest once B is kept
     (Second.accept: on the caller's thread, after its checks); under the default, B's budget
     (from the memory available as it loads) is then lowered by the W_O Grams A has not made yet,
-    and each model's default budget from then on leaves room for the other's (Model.open_beside).
+    the memory available split between the two once B is kept (Second.accept: share_auto), and
+    each model's default budget from then on leaves room for the other's (Model.open_beside).
     A `load` that gives `a` itself, or a model in `shared` (one the caller holds anyway: the
     window's folder model, the last checkpoint), gives it as it is: no budget changed, nothing
     opened beside. Any refusal (the file does not open, the budget holds none of B's layers)

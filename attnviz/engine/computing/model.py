@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,7 @@ class Model:
         self._swap: tuple | None = None  # (the cache, clears) a run holding the cache makes as it ends
         self._clears = 0  # clear_cache calls so far (cache_clears)
         self._head: LMHead | None = None  # lm_head(): built on first use
+        self._pack = None  # the packed copy of the head a new budget let go: the same table's, kept
         self._head_lock = threading.Lock()
         self._grams: tuple | None = None  # (the layers they come from, each layer's or None): output_grams()
         self._grams_lock = threading.Lock()
@@ -84,7 +86,9 @@ class Model:
             free = default_budget(unmade, clamp=False)  # (memory short of the Grams takes it from the layers)
             n_bytes = None if free is None else max(max(layers.sizes), free + layers.held_bytes())
         layers.set_budget(n_bytes)
-        self._head = None
+        head, self._head = self._head, None
+        if head is not None and head.pack is not None:  # (the budget does not change it)
+            self._pack = head.pack
 
     def leave_room(self, n_bytes: int) -> None:
         """Lower the memory budget by `n_bytes` that another model will take later (Compare's A:
@@ -122,13 +126,17 @@ class Model:
 
     def lm_head(self) -> LMHead:
         """This model's final norm and unembedding, ready for logits (engine/computing/logits.py),
-        built on first use and kept until the memory budget changes. NoPrediction, in one line,
+        built on first use and kept until the memory budget changes (its copy packed for the
+        kernels, made for the same table, kept then too). NoPrediction, in one line,
         for an encoder, a file missing its final norm or unembedding, or non-finite values in them."""
         head = self._head
         if head is None:
             with self._head_lock:
                 if self._head is None:
-                    self._head = build_head(self)
+                    head = build_head(self)
+                    if head.pack is not None and self._pack is not None:
+                        head = replace(head, pack=self._pack)
+                    self._head = head
                 head = self._head
         return head
 

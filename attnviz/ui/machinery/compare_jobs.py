@@ -39,6 +39,7 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.compare_b import give_back, load_b
+from attnviz.ui.machinery.compare_handoff import Handoff, not_compared
 from attnviz.ui.machinery.job import shared_relay
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -99,53 +100,6 @@ def compare_lacks(worker, result) -> bool:
     return compare is not None and compare.active and (result is None or compare.lacks(result))
 
 
-class Handoff:
-    """A's run handed from its 'compute' job `compute_id` to the 'compare' job queued behind it on
-    the pool's one thread (CompareJobs.follow): kept by A's job as it ends, read by the next job.
-    Made too while no B is open (no follower): the run is then kept noted, for a B that opens on
-    its text (CompareJobs._on_loaded compares it as it is)."""
-    __slots__ = ("compute_id", "run", "follower", "dense_limit", "model", "noted")
-
-    def __init__(self, compute_id: int, follower, dense_limit: int | None = None, model=None):
-        self.compute_id = compute_id
-        self.run = None  # A's WindowRun (None: A's run failed or was stopped; a LongRun: a long text)
-        self.follower = follower  # the session's pair.Follower: B's cache follows each run of A's
-        self.dense_limit = dense_limit  # the dense limit A's run is made under (B's runs take it)
-        self.model = model  # A
-        self.noted = None  # without a follower: A's clean run as pair.noted read it as it ended
-
-    def ran(self, clean, result) -> None:
-        """A's clean run is in (effects.window_run's `ran`): noted for B's cache, on the pool's
-        thread as B's runs that follow it, even where A's job is then stopped in its changed run."""
-        if self.follower is None:
-            from attnviz.engine.analysing.pair import noted
-
-            self.noted = noted(self.model, clean, result.cache_used, self.dense_limit)
-        else:
-            self.follower.note(clean, result.cache_used, self.dense_limit)
-
-    def keep(self, run):
-        self.run = run
-        return run
-
-    def kept_run(self, model, text: str, request):
-        """An encoder's first run of `text` (its model's first, which no effects view asked to
-        keep): made keeping the residual stream too (what a comparison reads beside the patterns),
-        and kept as a clean WindowRun, so a B that opens on this text compares it as it is (an
-        encoder's run is always whole).
-        -> the RunResult the grid shows (or the LongRun of a long text, kept as nothing)."""
-        from attnviz.engine.analysing.compare import compare_trace
-        from attnviz.engine.analysing.effects import CLEAN, WindowRun
-        from attnviz.engine.computing.run_result import RunResult
-
-        trace = compare_trace()
-        result = model.run(text, request=request, trace=trace)
-        if isinstance(result, RunResult):
-            self.ran(trace, result)
-            self.keep(WindowRun(result, trace, None, CLEAN, dense_limit=self.dense_limit))
-        return result
-
-
 class CompareJobs(QObject):
     """The Compare session: B, its identity, the newest comparison, the mode the panel shows."""
     sigChanged = Signal()  # B opened or closed, a new comparison, the mode, the induction, a note
@@ -162,7 +116,8 @@ class CompareJobs(QObject):
         self.induction: dict | None = None  # compare.induction on the probe
         self.mode = "A-B"
         self.note = ""  # one line: why B did not open, or why there is no comparison
-        self.failed: str | None = None  # why the last comparison asked for failed (None: it did not)
+        self.failed: str | None = None  # why the last comparison asked for failed, A's run too (None: it did not)
+        self.long_text = False  # A's last run is a long text's, which is not compared
         self.last_s = 0.0
         self._known = None  # compare_tokens.next_token_numbers' `seen` of the last numbers: what is reused
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
@@ -174,6 +129,7 @@ class CompareJobs(QObject):
         st.effects.sigRunChanged.connect(self._on_run)
         st.sigResultChanged.connect(self._on_result)
         st.sigModelChanged.connect(lambda _m: self.close())
+        st.sigComputeReported.connect(self._on_reported)
 
     @property
     def active(self) -> bool:
@@ -223,6 +179,7 @@ class CompareJobs(QObject):
         self.source, self.note = source, ""
         shown, self._handoff = self._shown_run(a), None
         self.comparison = self.induction = self._known = self.failed = None
+        self.long_text = False
         self.worker.claim(COMPARE_KIND)  # the jobs before, stale: none runs on the caches cleared
         if shown is None:  # (else no run of A is on its way: the one shown is the newest)
             self.worker.claim("compute")
@@ -262,6 +219,7 @@ class CompareJobs(QObject):
             give_back(self._beside, self.b)
         self.b = self.identity = self.source = self.loading = self._follower = self._beside = None
         self.comparison = self.induction = self._known = self.failed = None
+        self.long_text = False
         self.note = ""
         if had:
             self.sigChanged.emit()
@@ -280,6 +238,7 @@ class CompareJobs(QObject):
             self.worker.cancel(kind)
         self._handoff, self._frame_of = None, None
         self.comparison = self.induction = self._known = self.failed = None
+        self.long_text = False
         self._follower = Follower(self._follow_new_a(self._follower.a), self.b)
         self.note = f"A is now {side_name(a)}: comparing it with B again\u2026"
         self.worker.scores_after_frame()  # (quick text scores waiting for the old comparison's frame)
@@ -303,7 +262,7 @@ class CompareJobs(QObject):
 
     @property
     def budget_shared(self) -> bool:
-        """Whether a chosen memory budget is split between A and a B loaded for Compare."""
+        """Whether the memory budget (a size or auto) is split between A and a B loaded for Compare."""
         return self._beside is not None
 
     def share_budget(self, n_bytes: int | None) -> bool:
@@ -379,7 +338,7 @@ class CompareJobs(QObject):
         def work():
             run = run_of()
             if not isinstance(run, WindowRun) or stale():  # (A's run failed, stopped, or was long)
-                return None
+                return not_compared(run) if not stale() else None
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
@@ -399,7 +358,10 @@ class CompareJobs(QObject):
         a, b = request
         if a is not self.state.model or b is not self.b:
             return
-        if isinstance(error, Cancelled) or (value is None and error is None):
+        if isinstance(value, str):  # A's run was a long text's: nothing comes to compare
+            self.long_text, self.failed, self.note = True, None, value
+            self.sigChanged.emit()
+        if isinstance(error, Cancelled) or (error is None and not isinstance(value, Comparison)):
             # no run of A to compare, or a newer keystroke replaced A's: no frame follows
             self.worker.scores_after_frame()
             return
@@ -409,7 +371,7 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
             self.worker.scores_after_frame()
             return
-        self.comparison, self.last_s, self.failed = value, value.seconds, None
+        self.comparison, self.last_s, self.failed, self.long_text = value, value.seconds, None, False
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
         self.sigChanged.emit()  # (the panel paints it in this turn)
         # the pool's next jobs (the next-token numbers, the text's head scores) after this frame's
@@ -419,6 +381,14 @@ class CompareJobs(QObject):
         if self._frame_of is None:
             QCoreApplication.postEvent(self, QEvent(_FRAME), Qt.EventPriority.LowEventPriority.value)
         self._frame_of = value
+
+    def _on_reported(self, request, message: str) -> None:
+        """The newest run of A failed (its last good result stays shown): no comparison of its
+        text comes, and the selector and the note say why, not that one is on its way."""
+        if message and self.active and request.model is self.state.model:
+            self.failed, self.long_text = message, False
+            self.note = failure("A's run of the text failed, so nothing is compared", message)
+            self.sigChanged.emit()
 
     def event(self, ev) -> bool:
         if ev.type() == _FRAME:

@@ -62,7 +62,8 @@ class ModeSelector(QWidget):
 
     def refresh(self) -> None:
         self.clean.setVisible(self.jobs.state.effects.ablation.active and grid_mode(self.jobs) != "A")
-        self.waiting.setText(FAILED if self.jobs.failed is not None else WAITING)
+        j = self.jobs
+        self.waiting.setText(LONG_TEXT if j.long_text else FAILED if j.failed is not None else WAITING)
         self.waiting.setVisible(waiting(self.jobs))
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
@@ -111,9 +112,10 @@ def pending(jobs, result, shown: Shown) -> bool:
 
 def waiting(jobs) -> bool:
     """Whether B or A − B is asked for but no comparison is in: B has just opened, or A is another
-    training step (CompareJobs.a_changed lets the old one go). The last picture's B or A − B is then
-    of another A: the grid shows A's last run (the step A left, until the new A's run is in), and the
-    selector says it is comparing."""
+    training step (CompareJobs.a_changed lets the old one go), or none comes (a long text, a run of
+    A or a comparison that failed). The last picture's B or A − B is then of another A: the grid
+    shows A's last run (the step A left, until the new A's run is in), and the selector says it is
+    comparing, or why no comparison comes."""
     return compared_mode(jobs) != "A" and jobs.comparison is None
 
 
@@ -212,6 +214,7 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
 # the new A's run is in, so the words claim no step)
 WAITING = "(comparing\u2026: A's last run shown meanwhile)"
 FAILED = "(could not compare: A's last run shown)"  # (the Compare panel's note says why)
+LONG_TEXT = "(not compared: a long text; A's run shown)"  # (as the panel's note: A's long run alone)
 # what Compare compares while heads (or edges) are switched off in A: both models' clean runs
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
 
