@@ -134,10 +134,11 @@ class Label(QGraphicsSimpleTextItem):
         self.setZValue(2)
         self._anchor = anchor
         self.full = ""  # the text asked for; shown cut with "…" where wider than fit_width
-        self.short = ""  # a shorter form of it, shown in its place where asked (use_short)
-        self._short_on = False
+        self.forms: tuple[str, ...] = ("",)  # it, then shorter forms of it, shown where asked (use_form)
+        self._keep = ""  # an end that a cut leaves whole (setText)
+        self._form = 0
         self._width: float | None = None
-        self._shown_for: tuple | None = None  # (full, short, width, short_on) last shown
+        self._shown_for: tuple | None = None  # (forms, width, form) last shown
         self._place()
 
     def setAnchor(self, anchor: tuple[float, float]) -> None:  # (0, 0) top left .. (1, 1) bottom right
@@ -145,19 +146,30 @@ class Label(QGraphicsSimpleTextItem):
             self._anchor = anchor
             self._place()
 
-    def setText(self, text: str, short: str = "") -> None:
-        """Show `text`, or `short` (a shorter form of it) once use_short(True), cut with "…" where
-        wider than fit_width, and the whole text in the tooltip where it is not shown whole."""
-        self.full, self.short = text, short
+    def setText(self, text: str, *shorter: str, keep: str = "") -> None:
+        """Show `text`, or the `shorter` form of it use_form picks, cut with "…" where wider than
+        fit_width (before its end `keep`, where it ends so: a note that must stay), and the whole
+        text in the tooltip where it is not shown whole."""
+        self.full, self.forms, self._keep = text, (text, *(f for f in shorter if f)), keep
         self._show()
 
-    def fits(self) -> bool:
-        """Whether the whole text fits fit_width."""
-        return self._width is None or QFontMetricsF(self.font()).horizontalAdvance(self.full) <= self._width
+    @property
+    def short(self) -> str:  # the first shorter form ('' where there is none)
+        return self.forms[1] if len(self.forms) > 1 else ""
+
+    def fits(self, form: int = 0) -> bool:
+        """Whether the whole text (or its shorter form `form`, the shortest where it has fewer)
+        fits fit_width."""
+        text = self.forms[min(form, len(self.forms) - 1)]
+        return self._width is None or QFontMetricsF(self.font()).horizontalAdvance(text) <= self._width
 
     def use_short(self, on: bool) -> None:
-        """Show the shorter form (where there is one) in place of the text."""
-        self._short_on = bool(on)
+        """Show the first shorter form (where there is one) in place of the text."""
+        self.use_form(1 if on else 0)
+
+    def use_form(self, form: int) -> None:
+        """Show shorter form `form` (0: the text; the shortest where it has fewer)."""
+        self._form = int(form)
         self._show()
 
     def fit_width(self, pixels: float | None) -> None:
@@ -167,13 +179,17 @@ class Label(QGraphicsSimpleTextItem):
         self._show()
 
     def _show(self) -> None:
-        key = (self.full, self.short, self._width, self._short_on)
+        key = (self.forms, self._keep, self._width, self._form)
         if key == self._shown_for:
             return  # (a redraw's same title: nothing measured again)
         self._shown_for = key
-        text = self.short if self._short_on and self.short else self.full
+        text = self.forms[min(self._form, len(self.forms) - 1)]
         if self._width is not None:
-            text = QFontMetricsF(self.font()).elidedText(text, Qt.TextElideMode.ElideRight, self._width)
+            fm, keep = QFontMetricsF(self.font()), self._keep if self._keep and text.endswith(self._keep) else ""
+            if fm.horizontalAdvance(text) > self._width:
+                head = text[:len(text) - len(keep)]
+                text = fm.elidedText(head, Qt.TextElideMode.ElideRight, self._width - fm.horizontalAdvance(keep))
+                text += keep if text else ""
         self.setToolTip("" if text == self.full else self.full)
         if text != self.text():
             super().setText(text)
