@@ -25,14 +25,14 @@ from attnviz.figures.style import (
     signed_positions, signed_table,
 )
 from attnviz.figures.view import window_edge
-from attnviz.figures.roles import SHORT_PROBE_NOTE, short_badge
+from attnviz.figures.roles import SHORT_PROBE_NOTE
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import painted_point
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands,
-    place_titles, update_bar,
+    place_titles, title_form, title_forms, update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
@@ -258,9 +258,7 @@ class HeatmapGrid(QWidget):
                 marks += f"  · {100 * share[l][h]:.0f}% out"
             # (the badge last: a cut title loses it before the marks; the short forms lack the layer
             # and side every title shares, named by the layer selector and the Grid shows buttons)
-            tail, short = (f"  {badge}", f"{'  ' if marks else ' '}{short_badge(badge)}") if badge else ("", "")
-            self._titles[i].setText(side + head_title(l, h) + marks + tail, f"H{h}{marks}{tail}",
-                                    f"H{h}{marks}{short}", keep=SHORT_PROBE_NOTE)
+            self._titles[i].setText(*title_forms(l, h, badge, marks, side), keep=SHORT_PROBE_NOTE)
         self._title_form()
 
     def _title_form(self) -> None:
@@ -270,7 +268,7 @@ class HeatmapGrid(QWidget):
         with "…" only where even that is too wide, a probe's note kept (its tooltip: the whole)."""
         shown = [t for t in self._titles if t.isVisible()]
         layer = self.layout_ is not None and self.layout_.mode == "layer"
-        form = next((f for f in range(3) if all(t.fits(f) for t in shown)), 2) if layer else 0
+        form = title_form([t.forms for t in shown], lambda j, text: shown[j].fits(text)) if layer else 0
         for t in shown:
             t.use_form(form)
 
