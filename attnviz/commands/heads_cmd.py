@@ -103,7 +103,7 @@ def heads_table(hs):
                     v = float(hs.strength[n][l, h])
                     passes = H.passes(n, hs.strength[n], hs.scores[n], hs.chance.get(n))[l, h]
                     mark = UNDER_CHANCE if v >= H.THRESHOLDS[n] and not passes else " "
-                    cells.append(f"{_fmt(v)}{mark}".rjust(9))
+                    cells.append(f"{'nan' if np.isnan(v) else H.strength_text(n, v)}{mark}".rjust(9))
                 else:
                     cells.append(f"{_fmt(hs.scores[n][l, h])} ".rjust(9))
             lines.append(f"{l:5d} {h:4d}  {hs.labels[l][h]:<10} " + " ".join(cells))
@@ -184,7 +184,7 @@ def cmd_heads(args) -> int:
             more = f" (+{len(cleared) - 8} more)" if len(cleared) > 8 else ""
             cl, ch, cs = cleared[0]
             print(f"{H.TITLES[role]}: {len(cleared)} head(s) clear {bar}: {heads}{more}; "
-                  f"strongest: strength {cs:.3f} at {head_title(cl, ch)} (score {hs.scores[role][cl, ch]:.3f}, "
+                  f"strongest: strength {H.strength_text(role, cs)} at {head_title(cl, ch)} (score {hs.scores[role][cl, ch]:.3f}, "
                   f"chance {hs.chance[role][cl, ch]:.3f})")
         elif role == "next" and c.causal:
             print(f"{H.TITLES[role]}: none (a causal model cannot attend ahead)")

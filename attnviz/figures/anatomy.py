@@ -65,7 +65,7 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
     an = layer_anatomy(cfg, model.weights, result.layer_inputs[layer], layer,
                        result.attentions[layer], edits)
     limits = {name: signed_limit(getattr(an, name)) for name in ("q", "k", "v")}
-    notes = [input_name(cfg)]
+    notes = [input_name(cfg, layer, model.weights)]
     if cfg.rope_theta:
         notes.append("q, k after RoPE")
     hd = head_dim_note(cfg)

@@ -136,6 +136,11 @@ def _input(c: Cursor) -> None:
            f"into heads of d_head {dh}")
 
 
+# the convention of every weight caption here, beside the Calculator's table of the same matrices
+WEIGHT_SHAPES = ("weight shapes [in, out], as x @ W multiplies them (the Calculator's [out, in] is "
+                 "the same matrix as checkpoints store it)")
+
+
 def _projections(c: Cursor) -> None:
     """W_Q | W_K | W_V, widths in proportion to their columns, sliced by head."""
     view, s, m, an = c.view, c.s, c.m, c.view.anatomy
@@ -161,6 +166,7 @@ def _projections(c: Cursor) -> None:
     c.y += c.cap_h + w_h + 2 * s
     c.wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
               + ("; click a slice to focus its head" if c.screen else ""), c.small, MUTED)
+    c.wrapped(WEIGHT_SHAPES, c.small, MUTED)
     c.step(f"split: q into {plural(nh, 'head')} [T, {dh}], k and v into {plural(nkv, kv_word)}"
            + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
 

@@ -10,8 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.analysing.probes import KINDS as PROBE_KINDS
+from attnviz.figures.style import ROLE_SHORT
 
 ROLE_SOURCES = ("text", "probe") + PROBE_KINDS  # typed text, the random repeat probe, the template probes
+PROBE_NOTE = " (probe)"  # a badge from a probe: about the probe's sentences, not the typed one
+SHORT_PROBE_NOTE = " (p)"  # the note in a title too narrow for it whole (its tooltip: the whole)
+# the Overview's abbreviations, but a word for mixed (the Overview's "·" is its empty cell)
+BADGE_SHORT = {**ROLE_SHORT, "mixed": "mix", "agreement": "agree", "coreference": "coref"}
 
 
 @dataclass(frozen=True)
@@ -39,14 +44,23 @@ def role_badges(source: str, text_scores, scores_stale: bool, probe_scores) -> l
         return None if hs is None or scores_stale else hs.labels
     if src == "probe":
         hs = probe_scores
-        return None if hs is None else [[f"{label} (probe)" for label in row] for row in hs.labels]
+        return None if hs is None else [[label + PROBE_NOTE for label in row] for row in hs.labels]
     ts = probe_scores
     if ts is None:
         return None
     labels = [["" for _ in range(ts.score.shape[1])] for _ in range(ts.score.shape[0])]
     for l, h, *_ in ts.labelled():
-        labels[l][h] = f"{ts.kind} (probe)"
+        labels[l][h] = ts.kind + PROBE_NOTE
     return labels
+
+
+def short_badge(badge: str) -> str:
+    """`badge` in the fewest letters that keep what it says, for a title too narrow for it whole:
+    the role as the Overview abbreviates it, a probe's note kept as " (p)" ("ind (p)" for
+    "induction (probe)"), so a short title never reads as a label of the typed text."""
+    probe = badge.endswith(PROBE_NOTE)
+    role = badge[:-len(PROBE_NOTE)] if probe else badge
+    return BADGE_SHORT.get(role, role) + (SHORT_PROBE_NOTE if probe else "")
 
 
 def same_patterns(a, b) -> bool:

@@ -18,7 +18,7 @@ tests/figures/test_view.py (dense) and tests/figures/test_shown_long.py (long ag
   takes no part in the colour levels. A dense region at one cell per token leaves its column out
   (`key_pos`: 1..T-1; the window leaves its place blank, an export leaves it out); a region of
   cells (`cells`) and a pooled one are in token coordinates, where the hidden key counts as a 0,
-  like a masked one.
+  like a masked one, in a max; a cell's mean is over its shown keys alone.
 - Colour levels start at 0. 'shared': one top for every head of the run, every layer, so heads and
   layers stay comparable and an export of one head has the window's colour bar; 'per-head': each
   head's own top. A top of 0 (nothing left to show) becomes 1.0: an empty pattern is the lowest
@@ -323,8 +323,9 @@ class Shown:
     def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> tuple[np.ndarray, np.ndarray]:
         """Cells of exact shown rows, ROW_BLOCK rows at a time; a long run's blocks shared out to
         threads (engine/parallel.in_parallel), each block's cells combined after. -> (values
-        [n, H, W], blank [n, H]): a mean is over a cell's defined rows (an undefined row's zeros
-        add nothing to its sum), and a row of cells with none is blank."""
+        [n, H, W], blank [n, H]): a mean is over a cell's defined rows and shown keys (an
+        undefined row's zeros and the hidden key's add nothing to its sum), and a row of cells
+        with no defined row is blank."""
         r0, r1, c0, c1 = region
         H, W = shape
         row_edges, col_edges = cell_edges(r0, r1, H), cell_edges(0, c1 - c0, W)
@@ -353,7 +354,9 @@ class Shown:
             else:
                 out[:, i:j] += part
         if reduce == "mean":  # (a blank cell's sum is 0, and stays 0)
-            out /= (np.maximum(counts, 1)[:, :, None] * np.diff(col_edges)).astype(np.float32)
+            keys = np.diff(col_edges)  # the shown keys of each column of cells: not the hidden one
+            keys[0] -= int(self.hide_first and c0 == 0)
+            out /= (np.maximum(counts, 1)[:, :, None] * np.maximum(keys, 1)).astype(np.float32)
         return out, counts == 0
 
     def weight(self, layer: int, head: int, q: int, k: int) -> float | None:

@@ -145,3 +145,20 @@ def test_cli_heads_json_names_no_strongest_head_where_no_row_can_be_scored(cli):
     assert doc["best"]["previous"]["strength"] > 0
     rc, out, _ = cli("heads", "--model", "attnviz-toy-stdlib", "--text", "a b c")
     assert "no query row has a cell of its detection pattern" in out
+
+
+def test_a_strength_just_under_its_threshold_is_never_printed_as_the_threshold(cli):
+    """The textbook's L0 H1 and L1 H0 have a sink strength of 0.499992 on this text: under the 0.5
+    bar. The table prints it with the decimals that keep it under (0.49999), never as 0.500."""
+    import json
+
+    text = "the cat sat on the mat . the cat sat on the mat"
+    rc, out, _ = cli("heads", "--model", "attnviz-textbook", "--text", text)
+    assert rc == 0
+    _, doc, _ = cli("heads", "--model", "attnviz-textbook", "--text", text, "--json")
+    sink = np.asarray(json.loads(doc)["strength"]["sink"])
+    assert 0.4999 < sink[0, 1] < 0.5 and 0.4999 < sink[1, 0] < 0.5
+    names = list(H.SCORE_NAMES)
+    for l, h in ((0, 1), (1, 0)):
+        row = next(line.split() for line in out.splitlines() if line.split()[:2] == [str(l), str(h)])
+        assert row[3 + names.index("sink")] == "0.49999"

@@ -52,18 +52,26 @@ def dense_shown(att, norms, hide_first, weighted):  # [.., T, T] -> [.., T, T], 
 
 
 def numpy_cells(pattern, region, shape, reduce, hide_first=False):  # [n, T, T] -> [n, H, W], [n, H]
-    """The cells and their blank rows: a mean over a cell's defined rows (Hide first token: a row
-    with no weight on any key is undefined), a row of cells with none blank."""
+    """The cells and their blank rows, block by block: a max over the block (the hidden key a 0);
+    a mean over its defined weights alone (Hide first token: not the hidden key, nor a row with no
+    weight on any key), 0 where it has none; a row of cells with no defined row blank."""
     r0, r1, c0, c1 = region
     H, W = min(shape[0], r1 - r0), min(shape[1], c1 - c0)
     rows, cols = cell_edges(r0, r1, H), cell_edges(c0, c1, W)
-    fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
-    part = pattern[:, r0:r1, c0:c1]
-    out = fold(fold(part, cols[:-1] - c0, axis=2), rows[:-1] - r0, axis=1)
-    defined = (pattern[:, r0:r1] > 0).any(-1) if hide_first else np.ones(pattern.shape[:1] + (r1 - r0,), bool)
-    n_rows = np.add.reduceat(defined.astype(np.int64), rows[:-1] - r0, axis=1)  # [n, H]
-    if reduce == "mean":
-        out = out / (np.maximum(n_rows, 1)[:, :, None] * np.diff(cols))
+    defined = (pattern > 0).any(-1) if hide_first else np.ones(pattern.shape[:2], bool)  # [n, T]
+    shown = np.where(defined[:, :, None], pattern, np.nan)
+    if hide_first:
+        shown[:, :, 0] = np.nan
+    out = np.zeros((len(pattern), H, W))
+    for i in range(H):
+        for j in range(W):
+            block = shown[:, rows[i]:rows[i + 1], cols[j]:cols[j + 1]].reshape(len(pattern), -1)
+            seen = ~np.isnan(block)
+            if reduce == "max":
+                out[:, i, j] = np.where(seen, block, 0).max(-1)
+            else:
+                out[:, i, j] = np.nansum(block, -1) / np.maximum(seen.sum(-1), 1)
+    n_rows = np.add.reduceat(defined[:, r0:r1].astype(np.int64), rows[:-1] - r0, axis=1)  # [n, H]
     return out, n_rows == 0
 
 

@@ -464,3 +464,12 @@ def test_finds_line_shows_a_token_label_that_looks_like_markup(qtbot, minilm):
     state.text_result.labels[0] = "<s>"
     find.set_find("are", "@0")
     assert "to '<s>'@0 (key)" in shown_label(find.find_status)
+
+
+def test_the_overview_tooltip_never_rounds_a_strength_onto_its_threshold(qtbot, textbook_model):
+    """The textbook's L0 H1 has a sink strength of 0.499992 on this text, under the 0.5 bar: its
+    Overview tooltip reads 0.49999, as the heads table prints it, never 0.500."""
+    state, panel, worker = _panel(qtbot, textbook_model, "the cat sat on the mat . the cat sat on the mat")
+    assert 0.4999 < float(state.head_scores.strength["sink"][0, 1]) < 0.5
+    tip = panel.overview.map.item(0, 1).toolTip()
+    assert "strength 0.49999)" in tip and "strength 0.500)" not in tip

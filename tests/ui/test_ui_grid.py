@@ -129,9 +129,9 @@ def test_all_layers_view_and_headers(grid):
 
 
 def test_a_long_title_is_cut_short_of_the_next_tiles_title(grid, qtbot):
-    """A badge wider than its tile (a template probe's "agreement (probe)"): the title on screen
-    ends in "…" before the next tile's title begins; titles() still names it whole.
-    A wider window shows it whole again."""
+    """A badge wider than its tile (a template probe's "coreference (probe)"): the title on screen
+    is abbreviated ("H0 coref (p)", its probe note kept) and ends before the next tile's title
+    begins; titles() still names it whole. A wider window shows it whole again."""
     st, g = grid
     g.resize(420, 300)
     st.set_result(fake_result(random_attn(1, 4, 6)))
@@ -142,7 +142,7 @@ def test_a_long_title_is_cut_short_of_the_next_tiles_title(grid, qtbot):
     def on_screen(t):  # the title's rectangle in the view's pixels (it is drawn unscaled)
         return t.deviceTransform(g.gw.viewportTransform()).mapRect(t.boundingRect())
     first, second = [t for t in g.plot.addedItems if isinstance(t, Label) and t.full.startswith("L0 H")][:2]
-    assert first.text().endswith("…") and first.text() != first.full
+    assert first.text() == "H0 coref (p)" and first.toolTip() == first.full
     assert on_screen(first).right() < on_screen(second).left()
     g.resize(1800, 500)
     qtbot.waitUntil(lambda: first.text() == f"L0 H0  {long}")
@@ -151,7 +151,8 @@ def test_a_long_title_is_cut_short_of_the_next_tiles_title(grid, qtbot):
 
 def test_a_cut_title_keeps_its_off_mark(grid, qtbot):
     """A switched-off head with a long badge: the title cut short of the next tile's still says
-    `· off` (the badge goes first; the layer, which every title of the view shares, before it)."""
+    `· off` (the badge is abbreviated, then cut, first; the layer, which every title of the view
+    shares, before it), and its probe note."""
     from attnviz.engine.analysing.effects import Ablation
 
     st, g = grid
@@ -161,7 +162,7 @@ def test_a_cut_title_keeps_its_off_mark(grid, qtbot):
     st.effects.set_ablation(Ablation(heads=((0, 0),)))
     qtbot.waitUntil(lambda: g.layout_ is not None and g.titles()[0] == "L0 H0  · off  coreference (probe)")
     first = next(t for t in g.plot.addedItems if isinstance(t, Label) and t.full.startswith("L0 H0"))
-    assert first.text().endswith("…") and first.text().startswith("H0  · off")
+    assert first.text().endswith(" (p)") and first.text().startswith("H0  · off  co")
 
 
 def test_query_row_highlight_in_every_head(grid):

@@ -76,12 +76,23 @@ def layer_anatomy(cfg: ModelConfig, weights, x: np.ndarray, layer: int,
                         np.ascontiguousarray(v), pattern, head_out, concat, w_o, out, group)
 
 
-def input_name(cfg: ModelConfig) -> str:
-    """What x is in this family's layer (from the family's data: FAMILY in families.py)."""
+def input_name(cfg: ModelConfig, layer: int, weights=None) -> str:
+    """What x is in this family's `layer` (from the family's data: FAMILY in families.py; the
+    embedding tables and norm the `weights` have, for layer 0)."""
     fam = FAMILY[cfg.family]
-    if not fam.pre_norm:
-        return "x = layer input (post-LN: the previous layer's output)"
-    return f"x = {'RMSNorm' if fam.norm is rms_norm else 'LayerNorm'}(residual stream)"
+    norm = "RMSNorm" if fam.norm is rms_norm else "LayerNorm"
+    if layer > 0:
+        if not fam.pre_norm:
+            return "x = layer input (post-LN: the previous layer's output)"
+        return f"x = {norm}(residual stream)"
+    tables = ["token"] + [name for name, table in (("position", "pos_emb"), ("token-type", "type_emb"))
+                          if getattr(weights, table, None) is not None]
+    emb = f"the {' + '.join(tables)} embeddings" + (" × √d_model" if fam.embed_scale else "")
+    if not fam.pre_norm:  # (BERT: the first layer reads the embedding LayerNorm's output)
+        if getattr(weights, "emb_norm", None) is not None:
+            return f"x = layer input (post-LN: the embedding LayerNorm's output, LayerNorm({emb}))"
+        return f"x = layer input (post-LN: {emb})"
+    return f"x = {norm}(residual stream: {emb})"
 
 
 def head_dim_note(cfg: ModelConfig) -> str | None:

@@ -340,6 +340,14 @@ def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE, skip=()):
             f"{where}: the strongest{on}, {head_title(l, h)}, has {first}{join} {second}.")
 
 
+def strength_text(role, value, digits=3) -> str:
+    """`role`'s strength as every table, tooltip and sentence prints it: `digits` decimals, or more
+    where fewer would round it onto the other side of its threshold (0.499992 reads 0.49999, never
+    0.500 beside a threshold of 0.5 it misses)."""
+    value = float(value)
+    return f"{value:.{digits}f}" if np.isnan(value) else _sides(value, THRESHOLDS[role], value >= THRESHOLDS[role], digits)[0]
+
+
 def _sides(value, bar, ok, digits=3):
     """`value` and `bar` at the fewest decimals (`digits` or more) that show `value` on its side of
     `bar` (`ok`: at or over it), and that side: never 0.500 beside a threshold of 0.5 it misses."""

@@ -122,7 +122,7 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
     role, cleared, gone = _first_cleared(scores, sample.roles, off)  # gone: what those off would show
     if cleared:
         l, h, s = cleared[0]
-        return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
+        return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {H.strength_text(role, s, 2)} "
                      f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
                      f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
                      + _relabelled(cleared, scores, role) + ("." if gone else "") + gone)
@@ -133,7 +133,7 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
         l, h, s = cleared[0]
         return Guide(l, h, False, f"No {looked} head on this sample"
                      f"{', of the heads still on' if off else ''}; the closest: "
-                     f"{head_title(l, h)}, {_a(HEAD_KINDS[role])} head (strength {s:.2f}, score "
+                     f"{head_title(l, h)}, {_a(HEAD_KINDS[role])} head (strength {H.strength_text(role, s, 2)}, score "
                      f"{scores.scores[role][l, h]:.2f}, chance {scores.chance[role][l, h]:.2f})."
                      + gone)
     first = sample.roles[0]

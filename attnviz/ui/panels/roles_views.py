@@ -229,7 +229,8 @@ class RolesOverview(QWidget):
             text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
             if name in hs.chance:
                 c = float(hs.chance[name][l, h])
-                text += f"  (chance {'—' if np.isnan(c) else f'{c:.3f}'}, strength {hs.strength[name][l, h]:.3f})"
+                v = float(hs.strength[name][l, h])
+                text += f"  (chance {'—' if np.isnan(c) else f'{c:.3f}'}, strength {'—' if np.isnan(v) else H.strength_text(name, v)})"
             lines.append(text)
         built = self._built(l, h)
         if built:
@@ -388,7 +389,7 @@ def focus_label(hs, l: int, h: int) -> str:
     goes by strength, not by the scores listed after it), or why it is mixed."""
     role = hs.labels[l][h]
     if role in H.ROLES:
-        return f"{head_title(l, h)}: {role}, strength {hs.strength[role][l, h]:.3f}"
+        return f"{head_title(l, h)}: {role}, strength {H.strength_text(role, hs.strength[role][l, h])}"
     return f"{head_title(l, h)}: {role} (no role's strength clears its bar with a score above chance)"
 
 

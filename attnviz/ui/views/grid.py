@@ -25,13 +25,14 @@ from attnviz.figures.style import (
     signed_positions, signed_table,
 )
 from attnviz.figures.view import window_edge
+from attnviz.figures.roles import SHORT_PROBE_NOTE
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import PressWatch, painted_point
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands,
-    place_titles, update_bar,
+    place_titles, title_form, title_forms, update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
@@ -239,8 +240,7 @@ class HeatmapGrid(QWidget):
         if lo is None or lo.mode != "layer":
             return
         r = self.state.result
-        share = (r.head_share if self.state.value_weighted and r is not None
-                 and r.head_share is not None else None)
+        share = r.head_share if self.state.value_weighted and r is not None and r.head_share is not None else None
         shown, _ = self.state.on_screen()
         if self.drawn is not (shown.result if shown is not None else None):
             return  # a label change heard before the grid's own redraw for a new result (or model)
@@ -257,21 +257,21 @@ class HeatmapGrid(QWidget):
                 marks += "  · off"
             if not side and share is not None and l < len(share):
                 marks += f"  · {100 * share[l][h]:.0f}% out"
-            # (the badge last: a title cut short of the next tile's loses the badge before the marks)
-            marks += f"  {badge}" if badge else ""
-            # (the short form: without what every title of the view shares, the layer and the
-            # compared side, which the layer selector and the Grid shows buttons name)
-            self._titles[i].setText(side + head_title(l, h) + marks, f"H{h}" + marks)
+            # (the badge last: a cut title loses it before the marks; the short forms lack the layer
+            # and side every title shares, named by the layer selector and the Grid shows buttons)
+            self._titles[i].setText(*title_forms(l, h, badge, marks, side), keep=SHORT_PROBE_NOTE)
         self._title_form()
 
     def _title_form(self) -> None:
-        """Layer view: where any title is too wide for its tile, every title without its layer
-        and compared side ("H6  induction", for "A − B L18 H6  induction": the view's), so the
-        row reads alike; cut with "…" only where even that is too wide."""
+        """Layer view: where any title is too wide for its tile, every title without its layer and
+        compared side ("H6  induction (probe)", for "A − B L18 H6  induction (probe)": the view's);
+        where one still is, every badge abbreviated ("H6 ind (p)"), so the row reads alike; cut
+        with "…" only where even that is too wide, a probe's note kept (its tooltip: the whole)."""
         shown = [t for t in self._titles if t.isVisible()]
-        short = self.layout_ is not None and self.layout_.mode == "layer" and not all(t.fits() for t in shown)
+        layer = self.layout_ is not None and self.layout_.mode == "layer"
+        form = title_form([t.forms for t in shown], lambda j, text: shown[j].fits(text)) if layer else 0
         for t in shown:
-            t.use_short(short)
+            t.use_form(form)
 
     def _draw_window(self) -> None:
         """The sliding window's edge on every tile of a local layer, once the text is longer than

@@ -2,7 +2,9 @@
 the mosaic and drawn unscaled (Label), placed with the KV-group bands as the mosaic's layout says
 (place_titles, place_bands), the mosaic's image item converted once per mosaic to
 premultiplied ARGB (MosaicImage, argb_table), the colour bar sized to its font (colour_bar), the
-outline of the state's outlined heads (HeadOutline) and what a view says with no model (NoModel)."""
+outline of the state's outlined heads (HeadOutline) and what a view says with no model (NoModel).
+A head's tile title and its shorter forms (title_forms, title_form, cut_title) are the grid's and
+the long view's tiles' alike."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import bar_ticks
+from attnviz.figures.roles import SHORT_PROBE_NOTE, short_badge
 from attnviz.figures.style import BACKGROUND, TEXT, group_color, no_value_colour
 from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.mosaic import tile_index
@@ -119,6 +122,32 @@ class HeadOutline:
         self.item.setVisible(not path.isEmpty())
 
 
+def title_forms(layer: int, head: int, badge: str = "", marks: str = "", side: str = "") -> tuple[str, str, str]:
+    """A head's tile title, then its shorter forms: without the layer and compared `side` every
+    title of the view shares ("H6  induction (probe)"), then with its role badge abbreviated
+    ("H6 ind (p)": figures/roles.short_badge). `marks` (" · local", "  · off") before the badge: a
+    cut title loses the badge before them."""
+    tail, short = (f"  {badge}", f"{'  ' if marks else ' '}{short_badge(badge)}") if badge else ("", "")
+    return side + head_title(layer, head) + marks + tail, f"H{head}{marks}{tail}", f"H{head}{marks}{short}"
+
+
+def title_form(forms: list, fits) -> int:
+    """Which form every title of a row takes (0: whole): the first in which fits(j, text) holds for
+    each title j, so the row reads alike; the shortest where none does."""
+    n = max((len(f) for f in forms), default=1)
+    return next((i for i in range(n) if all(fits(j, f[min(i, len(f) - 1)]) for j, f in enumerate(forms))), n - 1)
+
+
+def cut_title(fm: QFontMetricsF, text: str, width: float, keep: str = SHORT_PROBE_NOTE) -> str:
+    """`text` cut with "…" to `width` pixels where wider, its end `keep` (a probe's note) left
+    whole where it ends so: the role is cut, never what it is about."""
+    if fm.horizontalAdvance(text) <= width:
+        return text
+    keep = keep if keep and text.endswith(keep) else ""
+    cut = fm.elidedText(text[:len(text) - len(keep)], Qt.TextElideMode.ElideRight, width - fm.horizontalAdvance(keep))
+    return cut + keep if cut else ""
+
+
 class Label(QGraphicsSimpleTextItem):
     """A title pinned to a point of the mosaic and drawn unscaled in screen pixels by Qt itself
     (ItemIgnoresTransformations): a re-layout or a paint recomputes no per-label transform in Python,
@@ -134,10 +163,11 @@ class Label(QGraphicsSimpleTextItem):
         self.setZValue(2)
         self._anchor = anchor
         self.full = ""  # the text asked for; shown cut with "…" where wider than fit_width
-        self.short = ""  # a shorter form of it, shown in its place where asked (use_short)
-        self._short_on = False
+        self.forms: tuple[str, ...] = ("",)  # it, then shorter forms of it, shown where asked (use_form)
+        self._keep = ""  # an end that a cut leaves whole (setText)
+        self._form = 0
         self._width: float | None = None
-        self._shown_for: tuple | None = None  # (full, short, width, short_on) last shown
+        self._shown_for: tuple | None = None  # (forms, width, form) last shown
         self._place()
 
     def setAnchor(self, anchor: tuple[float, float]) -> None:  # (0, 0) top left .. (1, 1) bottom right
@@ -145,19 +175,21 @@ class Label(QGraphicsSimpleTextItem):
             self._anchor = anchor
             self._place()
 
-    def setText(self, text: str, short: str = "") -> None:
-        """Show `text`, or `short` (a shorter form of it) once use_short(True), cut with "…" where
-        wider than fit_width, and the whole text in the tooltip where it is not shown whole."""
-        self.full, self.short = text, short
+    def setText(self, text: str, *shorter: str, keep: str = "") -> None:
+        """Show `text`, or the `shorter` form of it use_form picks, cut with "…" where wider than
+        fit_width (before its end `keep`, where it ends so: a note that must stay), and the whole
+        text in the tooltip where it is not shown whole."""
+        self.full, self.forms, self._keep = text, (text, *(f for f in shorter if f)), keep
         self._show()
 
-    def fits(self) -> bool:
-        """Whether the whole text fits fit_width."""
-        return self._width is None or QFontMetricsF(self.font()).horizontalAdvance(self.full) <= self._width
+    def fits(self, text: str | None = None) -> bool:
+        """Whether the whole text (or `text`, a form of it) fits fit_width."""
+        text = self.full if text is None else text
+        return self._width is None or QFontMetricsF(self.font()).horizontalAdvance(text) <= self._width
 
-    def use_short(self, on: bool) -> None:
-        """Show the shorter form (where there is one) in place of the text."""
-        self._short_on = bool(on)
+    def use_form(self, form: int) -> None:
+        """Show shorter form `form` (0: the text; the shortest where it has fewer)."""
+        self._form = int(form)
         self._show()
 
     def fit_width(self, pixels: float | None) -> None:
@@ -167,13 +199,13 @@ class Label(QGraphicsSimpleTextItem):
         self._show()
 
     def _show(self) -> None:
-        key = (self.full, self.short, self._width, self._short_on)
+        key = (self.forms, self._keep, self._width, self._form)
         if key == self._shown_for:
             return  # (a redraw's same title: nothing measured again)
         self._shown_for = key
-        text = self.short if self._short_on and self.short else self.full
+        text = self.forms[min(self._form, len(self.forms) - 1)]
         if self._width is not None:
-            text = QFontMetricsF(self.font()).elidedText(text, Qt.TextElideMode.ElideRight, self._width)
+            text = cut_title(QFontMetricsF(self.font()), text, self._width, self._keep)
         self.setToolTip("" if text == self.full else self.full)
         if text != self.text():
             super().setText(text)

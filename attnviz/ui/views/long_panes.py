@@ -9,13 +9,14 @@ import math
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
+from attnviz.ui.views.grid_items import cut_title, title_form, title_forms
 from attnviz.ui.views.mosaic import UNDEFINED
 from attnviz.ui.views.painted import painted_index
 
@@ -347,6 +348,18 @@ class HeadTiles(_PatternArea):
     def clicked(self, h: int) -> None:
         self.state.set_focus(self.layer(), h)
 
+    def titles(self, layer: int) -> list[str]:
+        """Each tile's title as the grid's tiles write it (grid_items.title_forms: the layer kind,
+        the role badge), the row in the first form whose titles all fit a tile, cut where none
+        does."""
+        model, fm = self.state.model, QFontMetricsF(self._font)
+        kind = model.config.layer_kind(layer) if model is not None and layer < model.config.n_layer else None
+        forms = [title_forms(layer, h, self.state.badge(layer, h), f" · {kind}" if kind else "")
+                 for h in range(self.n_head())]
+        room = self.tile_px() + self.GAP - 2  # (a title up to the next tile's, a gap short of its title)
+        i = title_form(forms, lambda _j, text: fm.horizontalAdvance(text) <= room)
+        return [cut_title(fm, f[min(i, len(f) - 1)], room) for f in forms]
+
     def images(self, ov, scale_mode):
         key = (ov, self.state.colormap, self.long.log, scale_mode)
         if self._cache[:4] != key:
@@ -363,15 +376,15 @@ class HeadTiles(_PatternArea):
         imgs = self.images(ov, self.state.scale_mode)
         focus = lg.head()
         p.setFont(self._font)
+        titles = self.titles(layer)
         for h in range(self.n_head()):
             rect = self.head_rect(h)
             if ov is not None and h in ov.heads:
                 self.draw_image(p, imgs[ov.heads.index(h)], ov.region, rect)
             self.draw_window(p, rect, layer)
             p.setPen(QColor(TEXT))
-            p.drawText(QRectF(rect.left(), rect.top() - self.TITLE, rect.width(), self.TITLE),
-                       Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                       head_title(layer, h))
+            p.drawText(QRectF(rect.left(), rect.top() - self.TITLE, rect.width() + self.GAP, self.TITLE),
+                       Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, titles[h])
             frame = QColor(FOCUS) if h == focus else QColor(TEXT)
             if h != focus:
                 frame.setAlpha(80)

@@ -1,0 +1,46 @@
+"""The long view's tiles carry each head's role badge in their titles, as the grid's tiles do (the
+same title and shorter forms: grid_items.title_forms), a probe's badge saying "(probe)" or, in a
+narrow tile, "(p)". (The tiles were titled "L1 H0" alone while the Overview labelled the heads.)"""
+
+from PySide6.QtGui import QImage, QPainter
+
+from attnviz.figures.roles import short_badge
+from attnviz.ui.views.long_view import LongView
+from windows import TOY, WAIT, long_view_shown, open_window
+
+TEXT = "the cat sat on a mat. " * 12  # 122 tokens of the toy decoder: a long text at 40
+
+
+def painted_titles(tiles, monkeypatch) -> list[str]:
+    """The texts the tiles paint, in order (each tile's title)."""
+    said = []
+    image = QImage(tiles.width(), tiles.height(), QImage.Format.Format_RGB32)
+    p = QPainter(image)
+    monkeypatch.setattr(p, "drawText", lambda *a: said.append(a[-1]), raising=False)
+    try:
+        tiles.paint(p)
+    finally:
+        p.end()
+    return said
+
+
+def test_the_long_tiles_titles_carry_the_role_badges(qtbot, tmp_path, monkeypatch):
+    w = open_window(qtbot, tmp_path / "t.ini", model=TOY, text="abc")
+    st = w.state
+    lg = long_view_shown(w, qtbot, TEXT, (1400, 900))
+    st.set_layer(1)
+    tiles = w.findChild(LongView).tiles
+    n_head = st.model.config.n_head
+    for source, note in (("text", ""), ("probe", " (probe)")):
+        st.set_role_options(source=source)
+        qtbot.waitUntil(lambda: st.head_labels is not None and lg.tiles is not None and lg.tiles.layer == 1
+                        and all(b.endswith(" (probe)") == (source == "probe") for b in st.head_labels[1]),
+                        timeout=WAIT)
+        badges = st.head_labels[1]
+        assert all(badges) and note in badges[0]
+        titles = painted_titles(tiles, monkeypatch)
+        assert len(titles) == n_head
+        for h, title in enumerate(titles):  # whole, or as the grid shortens it
+            assert title in (f"L1 H{h}  {badges[h]}", f"H{h}  {badges[h]}", f"H{h} {short_badge(badges[h])}"), titles
+        if source == "probe":
+            assert all(t.endswith(("(probe)", "(p)")) for t in titles), titles
