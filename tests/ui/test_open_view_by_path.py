@@ -155,6 +155,17 @@ def test_a_view_the_model_on_screen_cannot_show_says_why_in_sentences(qtbot, tmp
     banner = widget(w, "error_banner")
     assert banner.isVisible()
     assert w.state.n_layer == 1
-    assert banner.text() == (f"Could not open view {sidecar}. Layer 99 is out of range: the model has "
-                             "1 layer (0..0) in s. The view was left as it was.")
+    assert banner.text() == (f"Could not open view {sidecar}. Layer 99 is out of range: s has "
+                             "1 layer (0..0). The view was left as it was.")
     assert w.state.text == "Another text."
+
+
+def test_a_head_the_model_lacks_is_named_with_the_model(qtbot, tmp_path):
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s", head=99)
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(model), text="Another text.")
+    w.open_view(str(sidecar))
+    n = w.state.n_head
+    assert widget(w, "error_banner").text() == (
+        f"Could not open view {sidecar}. Head 99 is out of range: s has {n} heads per layer "
+        f"(0..{n - 1}). The view was left as it was.")
