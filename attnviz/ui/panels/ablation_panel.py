@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import plural, tokens
-from attnviz.engine.analysing.ablation import MODES, edge_seen, layer_span
+from attnviz.engine.analysing.ablation import MODES, edge_seen, layer_runs, layer_span
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text
 from attnviz.engine.errors import InputError
@@ -342,14 +342,7 @@ def local_text(cfg, layers) -> str:
     layers = list(layers)
     if layers == [i for i in range(cfg.n_layer) if cfg.window(i) is not None]:
         return "the local layers"
-    runs: list[list[int]] = []
-    for i in layers:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    words = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
-    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(words)
+    return layer_runs(layers)
 
 
 def seen_span(cfg, layers, q: int, k: int) -> tuple[int, ...]:
