@@ -316,6 +316,24 @@ def scan_map_shown(qtbot, width: int, height: int):
 
 
 
+def rgb(c) -> tuple[int, int, int]:
+    """A QColor (a grabbed pixel's) as (r, g, b), as figures.style gives colours."""
+    return c.red(), c.green(), c.blue()
+
+
+def patch_map_shown(qtbot, view, width: int, height: int):
+    """The Patching tab's map (patching_maps.PatchMap) alone, shown at width x height, exposed, then
+    given `view` (a figures.patching.PatchView)."""
+    from attnviz.ui.panels.patching_maps import PatchMap
+    m = PatchMap(lambda *_: None)
+    qtbot.addWidget(m)
+    m.resize(width, height)
+    m.show()
+    qtbot.waitExposed(m)
+    m.set_view(view)
+    return m
+
+
 def diagonal_result(attn):
     """A stand-in run showing `attn` [1, n_head, T, T] on the bare grid (bare_grid): tokens t0..t(T-1)."""
     import types

@@ -180,13 +180,14 @@ def view_problem(state, view: dict) -> str | None:
     None when it can."""
     if state.model is None:
         return "no model is loaded"
+    name = state.model_name
     try:
         if view.get("layer") is not None:
-            check_index("layer", int(view["layer"]), state.n_layer)
+            check_index("layer", int(view["layer"]), state.n_layer, owner=name)
             if view.get("head") is not None:
-                check_index("head", int(view["head"]), state.n_head)
+                check_index("head", int(view["head"]), state.n_head, owner=name, per=" per layer")
     except InputError as exc:
-        return f"{exc} in {state.model_name}"
+        return str(exc)
     return None
 
 

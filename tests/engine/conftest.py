@@ -31,3 +31,13 @@ def kernels():
     qm.warm()
     yield
     qpack.ask_for_kernels(False)
+
+
+@pytest.fixture
+def auto_budget():
+    """The memory budget auto (none chosen) before and after the test: a chosen one is global."""
+    from attnviz.engine.reading import memory_budget as MB
+
+    MB.set_memory_budget(None)
+    yield
+    MB.set_memory_budget(None)

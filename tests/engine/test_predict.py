@@ -235,8 +235,12 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layers_only(models
     assert cfg.window(4) == 8 and cfg.window(5) is None
     assert A.edge_seen(cfg, 5, 20, 2) and not A.edge_seen(cfg, 4, 20, 2) and A.edge_seen(cfg, 4, 20, 13)
     with pytest.raises(InputError, match=r"^edge 20->2 is not one the query sees in layer 4 \(a query "
-                                         r"sees keys at or before it, within 8\): nothing to knock out$"):
+                                         r"sees keys at or before it, within 8\): nothing to knock out; "
+                                         r"layer 5 sees it: 5:20-2$"):
         A.knockout_edits(cfg, 24, [([4, 5], 20, 2)])
+    with pytest.raises(InputError, match=r"^edge 20->2 is not one the query sees in layers 0-4 .*: nothing "
+                                         r"to knock out; layer 5 sees it: 5:20-2$"):
+        A.knockout_edits(cfg, 24, [([0, 1, 2, 3, 4], 20, 2)])
     # a global layer's query keeps the keys before the window: knocking out the window's 8 leaves them
     window = [([5], 20, k) for k in range(13, 21)]
     assert len(A.knockout_edits(cfg, 24, window)) == 8

@@ -15,11 +15,7 @@ from tiny import FIXTURES
 LLAMA = FIXTURES / "llama_gqa"
 
 
-@pytest.fixture(autouse=True)
-def _auto_budget():
-    MB.set_memory_budget(None)
-    yield
-    MB.set_memory_budget(None)
+pytestmark = pytest.mark.usefixtures("auto_budget")  # (tests/engine/conftest.py)
 
 
 def test_a_second_model_too_big_for_the_room_left_is_two_sentences():

@@ -28,11 +28,7 @@ VALUES = RunRequest(values=True, use_cache=False)
 LLAMA = FIXTURES / "llama_gqa"
 
 
-@pytest.fixture(autouse=True)
-def _auto_budget():
-    MB.set_memory_budget(None)
-    yield
-    MB.set_memory_budget(None)
+pytestmark = pytest.mark.usefixtures("auto_budget")  # (tests/engine/conftest.py)
 
 
 def _open_b(a):

@@ -33,3 +33,13 @@ def test_an_export_names_an_os_error_as_reading_a_model_does(qapp, tmp_path, mon
         export_result(fake_result(), out, model="m", scope="head", layer=0, head=0)
     assert f"cannot write {out}: {reading}" in str(err.value), (str(err.value), reading)
     assert os.listdir(tmp_path) == []
+
+
+def test_only_the_systems_words_are_lowered_never_a_message_or_a_path():
+    from attnviz.engine.reading.validate import os_reason
+
+    assert os_reason(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device"
+    assert os_reason(OSError("Cannot open /Data/Model.GGUF: truncated")) == \
+        "Cannot open /Data/Model.GGUF: truncated"
+    assert os_reason(OSError()) == "OSError"
+    assert os_reason(BlockingIOError()) == "BlockingIOError"

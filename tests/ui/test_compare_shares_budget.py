@@ -249,3 +249,22 @@ def test_a_new_step_under_auto_holds_the_new_a_and_b_together(window, qtbot, mon
     left = budget(a32)
     a32.set_memory_budget(None)  # (what auto gives the step A left, beside nothing)
     assert left == budget(a32) and a32.beside() == []
+
+
+@pytest.mark.parametrize("source", [BSource("checkpoint", 0), BSource("quantized", "Q8_0")])
+def test_a_b_the_budget_left_cannot_hold_is_named_once(window, qtbot, source):
+    """The note names B once, in its lead, then says the room B had and B's own refusal: never
+    "Could not compare with B. Could not load B in …"."""
+    w, jobs = window, window.worker.compare_jobs
+    a = w.state.model
+    sizes = a.weights.layers.sizes
+    chosen = sum(sizes) + max(sizes) // 4  # (A's layers held, a quarter of a layer left for B)
+    MB.set_memory_budget(chosen)
+    a.set_memory_budget(chosen)
+    open_compare(w, source)
+    qtbot.waitUntil(lambda: jobs.loading is None and bool(jobs.note), timeout=WAIT)
+    note = w.compare_panel.note.text()
+    lead = f"Could not compare with {source.describe(a.name)}. There is only "
+    assert note.startswith(lead) and note.count("Could not") == 1, note
+    assert f"memory budget left beside {a.name}'s float32 layers. " in note, note
+    assert jobs.b is None and budget(a) == chosen

@@ -1,11 +1,13 @@
 """A model whose sliding window is only in some layers (Gemma 3's local layers; its global ones see
 every earlier key): an edge past the window is knocked out in the global layers only, from the
 Ablation tab and the grid's menu, and the grid shows it there; in the local layers alone it is
-refused in words that name the window."""
+refused in words that name the window. The tab's line on a knockout done (in the text's colour) goes
+once another ablation or another text is on."""
 
 from PySide6.QtCore import Qt
 
 from attnviz.engine.analysing.effects import is_changed
+from attnviz.figures.style import WARNING
 from tiny import tiny_text_decoder
 from windows import WAIT, open_window
 
@@ -41,11 +43,26 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layer(qtbot, tmp_p
     assert not eff.ablation.active
     ab.knock_edit.setText("10-2")  # every layer: the global one takes it
     qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)
-    assert ab.message.text() == "knocked out in layer 2 only: a query in layers 0-1 sees keys within 4 of it"
+    assert ab.message.text() == "knocked out in layer 2 only: a query in the local layers sees keys within 4 of it"
+    assert WARNING not in ab.message.styleSheet()  # (done, not refused: the text's own colour)
     assert eff.ablation.knockouts == (((2,), 10, 2),)
     qtbot.waitUntil(lambda: is_changed(w.state.result), timeout=WAIT)
     shown = w.state.result.attentions
     assert shown[2, :, 10, 2].max() == 0 and abs(shown[2, :, 10].sum(axis=-1) - 1).max() < 1e-4
     assert (shown[:2] == clean[:2]).all()
     qtbot.waitUntil(lambda: "knocked out 10→2 in layer 2" in w.ablation_bar.label.text(), timeout=WAIT)
+    w.worker.wait_idle()
+    # the line is about that knockout: another ablation or another text clears it
+    ab.restore_button.click()
+    assert not eff.ablation.active and ab.message.text() == ""
+    ab.knock_edit.setText("10-2 in 1-2")
+    qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)
+    assert ab.message.text() == "knocked out in layer 2 only: a query in layer 1 sees keys within 4 of it"
+    eff.toggle_head(0, 0)  # (the grid's menu)
+    assert ab.message.text() == ""
+    ab.knock_edit.setText("10-2 in 0-1")
+    qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)
+    assert WARNING in ab.message.styleSheet() and ab.message.text().startswith("the edge 10→2 is not")
+    w.set_text("the dog sat on the mat")
+    assert ab.message.text() == ""
     w.worker.wait_idle()

@@ -3,7 +3,7 @@ a fresh window: the sidecar keeps the model's name and its absolute path, File -
 that path, and a file moved since is named in the message (`attnviz export`'s sidecar:
 tests/cli/test_export_sidecar_path.py). A relative path is from the sidecar's folder, the model on
 screen by another spelling of its path is not loaded again, a path not on this machine falls back
-to the model's name, and a view the model cannot show says why in sentences."""
+to the model's name (and says so), and a view the model cannot show says why in sentences."""
 
 import json
 import sys
@@ -123,7 +123,28 @@ def test_a_model_path_not_on_this_machine_reopens_the_model_of_its_name(qtbot, t
     qtbot.waitUntil(lambda: w.state.model_name == "all-MiniLM-L6-v2" and w.state.text == TEXT
                     and not w.state.loading, timeout=WAIT)
     assert w.state.colormap == "plasma" and w.state.focus == (0, 1)
-    assert not widget(w, "error_banner").isVisible(), widget(w, "error_banner").text()
+    banner = widget(w, "error_banner")
+    assert banner.isVisible() and banner.text() == (
+        f"{tmp_path / 'elsewhere' / 'all-MiniLM-L6-v2'} is not on this computer; opened "
+        "all-MiniLM-L6-v2 by its name instead."), banner.text()
+
+
+def test_a_moved_view_is_not_shown_on_a_model_of_its_name_opened_from_another_path(
+        qtbot, tmp_path):
+    from attnviz.engine.reading.registry import _minilm_dir
+
+    copy = tmp_path / "ft" / "all-MiniLM-L6-v2"  # (another model of that name, opened by path)
+    copy.parent.mkdir()
+    copy.symlink_to(_minilm_dir())
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(copy), text="Another text.")
+    assert w.state.model_name == "all-MiniLM-L6-v2" and w.state.model_path is not None
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "all-MiniLM-L6-v2",
+                         model_path=str(tmp_path / "elsewhere" / "all-MiniLM-L6-v2"))
+    w.open_view(str(sidecar))
+    assert w.state.loading == "all-MiniLM-L6-v2"  # the model of its name, not the one on screen
+    qtbot.waitUntil(lambda: w.state.text == TEXT and not w.state.loading, timeout=WAIT)
+    assert w.state.model_source == "all-MiniLM-L6-v2" and w.state.model_path is None
+    assert "opened all-MiniLM-L6-v2 by its name instead" in widget(w, "error_banner").text()
 
 
 def test_a_view_the_model_on_screen_cannot_show_says_why_in_sentences(qtbot, tmp_path):
@@ -134,6 +155,17 @@ def test_a_view_the_model_on_screen_cannot_show_says_why_in_sentences(qtbot, tmp
     banner = widget(w, "error_banner")
     assert banner.isVisible()
     assert w.state.n_layer == 1
-    assert banner.text() == (f"Could not open view {sidecar}. Layer 99 is out of range: the model has "
-                             "1 layer (0..0) in s. The view was left as it was.")
+    assert banner.text() == (f"Could not open view {sidecar}. Layer 99 is out of range: s has "
+                             "1 layer (0..0). The view was left as it was.")
     assert w.state.text == "Another text."
+
+
+def test_a_head_the_model_lacks_is_named_with_the_model(qtbot, tmp_path):
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s", head=99)
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(model), text="Another text.")
+    w.open_view(str(sidecar))
+    n = w.state.n_head
+    assert widget(w, "error_banner").text() == (
+        f"Could not open view {sidecar}. Head 99 is out of range: s has {n} heads per layer "
+        f"(0..{n - 1}). The view was left as it was.")

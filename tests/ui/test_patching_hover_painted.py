@@ -12,12 +12,7 @@ import pytest
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
-from attnviz.ui.panels.patching_maps import PatchMap
-from windows import shown_pattern_pair
-
-
-def _rgb(c) -> tuple[int, int, int]:
-    return c.red(), c.green(), c.blue()
+from windows import patch_map_shown, rgb, shown_pattern_pair
 
 
 def _shown(image, cell_colour, xs, ys):
@@ -26,8 +21,8 @@ def _shown(image, cell_colour, xs, ys):
     for y in ys:
         for x in xs:
             cell = cell_colour(x, y)
-            if cell is not None and cell != _rgb(image.pixelColor(x, y)):
-                wrong.append((x, y, cell, _rgb(image.pixelColor(x, y))))
+            if cell is not None and cell != rgb(image.pixelColor(x, y)):
+                wrong.append((x, y, cell, rgb(image.pixelColor(x, y))))
     return wrong
 
 
@@ -36,19 +31,14 @@ def test_the_map_hover_names_the_cell_each_pixel_shows(qtbot, T):
     toks = tuple(f"t{i}" for i in range(T))
     effect = np.random.default_rng(T).uniform(-1.0, 1.0, (5, T))
     view = fig.PatchView("toy", "resid", "denoise", effect, toks, toks, T - 1, 0, 1, "a", "b", 1.0, 0.0)
-    m = PatchMap(lambda *_: None)
-    qtbot.addWidget(m)
-    m.resize(421, 233)
-    m.show()
-    qtbot.waitExposed(m)
-    m.set_view(view)
+    m = patch_map_shown(qtbot, view, 421, 233)
     lay = m.layout_()
     assert (max(lay.pool) > 1) == (T == 300) and lay.cell_w != int(lay.cell_w)  # cells at fractional edges
     image = m.grab().toImage()
 
     def named(x, y):
         cell = m.hit_at(x, y)
-        return None if cell is None else _rgb(colour(float(view.values[cell]) - view.unchanged, view.limit))
+        return None if cell is None else rgb(colour(float(view.values[cell]) - view.unchanged, view.limit))
     xs = range(int(lay.xs[0]), int(np.ceil(lay.xs[-1] + lay.cell_w)) + 1)
     ys = range(int(lay.ys[0]), int(np.ceil(lay.ys[-1] + lay.cell_h)) + 1)
     wrong = _shown(image, named, xs, ys)

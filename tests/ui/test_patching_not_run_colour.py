@@ -14,14 +14,9 @@ from PySide6.QtGui import QImage
 from attnviz.figures import patching as fig
 from attnviz.figures.style import (NO_VALUE_DISTANCE, colour_distance, diverging_colors, no_value_colour,
                                    no_value_word)
-from attnviz.ui.panels.patching_maps import PatchMap
-from windows import WAIT
+from windows import WAIT, patch_map_shown, rgb
 
 T = 12
-
-
-def _rgb(c) -> tuple[int, int, int]:
-    return c.red(), c.green(), c.blue()
 
 
 def _view(colormap="viridis"):
@@ -34,15 +29,10 @@ def _view(colormap="viridis"):
 
 def test_a_cell_not_run_is_the_no_value_colour_far_from_the_maps_white(qtbot):
     view = _view()
-    m = PatchMap(lambda *_: None)
-    qtbot.addWidget(m)
-    m.resize(520, 300)
-    m.show()
-    qtbot.waitExposed(m)
-    m.set_view(view)
+    m = patch_map_shown(qtbot, view, 520, 300)
     assert m.layout_().pool == (1, 1)
     x, y = m.cell_center(2, 5)
-    shown = _rgb(m.grab().toImage().pixelColor(int(x), int(y)))
+    shown = rgb(m.grab().toImage().pixelColor(int(x), int(y)))
     assert shown == no_value_colour("viridis")
     assert colour_distance(shown, diverging_colors(1024)) >= NO_VALUE_DISTANCE, shown
     assert view.metric_line().endswith(f"; {no_value_word('viridis')}: not run")
@@ -55,7 +45,7 @@ def test_the_exported_picture_paints_and_names_it(qapp):
         png, lay = fig.png_bytes(view, 700)
         image = QImage.fromData(png)
         x, y = fig.cell_center(lay, 2, 5)
-        assert _rgb(image.pixelColor(int(x), int(y))) == no_value_colour(colormap)
+        assert rgb(image.pixelColor(int(x), int(y))) == no_value_colour(colormap)
         svg = fig.svg_bytes(view, 700)[0].decode()
         assert f"{no_value_word(colormap)}: not run" in svg
     assert no_value_colour("plasma") != no_value_colour("viridis")  # (the test tells the two apart)
@@ -80,5 +70,5 @@ def test_the_tab_paints_it_in_the_windows_colormap_and_follows_a_new_one(qtbot, 
     for colormap in ("viridis", "plasma"):
         w.state.set_colormap(colormap)
         x, y = p.map.cell_center(1, 0)
-        assert _rgb(p.map.grab().toImage().pixelColor(int(x), int(y))) == no_value_colour(colormap), colormap
+        assert rgb(p.map.grab().toImage().pixelColor(int(x), int(y))) == no_value_colour(colormap), colormap
         assert p.map.view.metric_line().endswith(f"; {no_value_word(colormap)}: not run")

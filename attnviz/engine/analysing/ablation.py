@@ -126,16 +126,40 @@ def seen_text(cfg, layer: int) -> str:
     return "keys at or before it" + (f", within {window}" if window else "")
 
 
+def layer_runs(layers) -> str:
+    """Layers in words, runs joined: "layer 3", "layers 0-4, 6-10, 12"."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    words = [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(words)
+
+
+def unseen_edge(cfg, unseen, q: int, k: int) -> str:
+    """The refusal of an edge q -> k in layers `unseen` whose queries do not see it, naming the
+    layers that do (Gemma 3's global ones, for a key past the window) as a knockout to give."""
+    said = (f"edge {q}->{k} is not one the query sees in {layer_runs(unseen)} (a query sees "
+            f"{seen_text(cfg, unseen[0])}): nothing to knock out")
+    seeing = [i for i in range(cfg.n_layer) if edge_seen(cfg, i, q, k)]
+    if not seeing:
+        return said
+    spec = layer_runs(seeing).split(" ", 1)[1].split(", ")
+    return (f"{said}; {layer_runs(seeing)} {'sees' if len(seeing) == 1 else 'see'} it: "
+            + ",".join(f"{r}:{q}-{k}" for r in spec))
+
+
 def knockout_edits(cfg, T: int, knockouts) -> list[Knockout]:
     """Knockout edits for [(layers, q, k)], each an edge the query sees in each of its layers
     (edge_seen), and no row left without a key in any layer."""
     edits = []
     for layers, q, k in knockouts:
         q, k = position_index(T, q), position_index(T, k)
-        for layer in layers:
-            if not edge_seen(cfg, layer, q, k):
-                raise InputError(f"edge {q}->{k} is not one the query sees in layer {layer} (a query "
-                                 f"sees {seen_text(cfg, layer)}): nothing to knock out")
+        unseen = [layer for layer in layers if not edge_seen(cfg, layer, q, k)]
+        if unseen:
+            raise InputError(unseen_edge(cfg, unseen, q, k))
         edits += [Knockout(layer, q, k) for layer in layers]
     for layer in {e.layer for e in edits}:
         left = causal_mask(T, cfg.window(layer)) if cfg.causal else np.ones((T, T), bool)

@@ -187,12 +187,14 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
     window's folder model, the last checkpoint), gives it as it is: no budget changed, nothing
     opened beside. Any refusal (the file does not open, the budget holds none of B's layers)
     comes back as one line, two sentences: what could not be loaded (`what` B is and, under a chosen
-    budget, the room it had) and why, in the refusal's own words."""
+    budget, the room it had) and why, in the refusal's own words. `what` "": the caller names B in
+    its own lead ("Could not compare with …"), so the refusal says only the room and why."""
     chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
     left, held = _room(a, chosen)
     if left is not None and left <= 0:
-        raise InputError(sentences(f"Could not load {what}", f"the memory budget of {format_bytes(chosen)} is all "
-                                   f"held by {held}; give a larger --memory-budget for two models"))
+        raise InputError(sentences(f"Could not load {what}" if what else "", f"the memory budget of "
+                                   f"{format_bytes(chosen)} is all held by {held}; give a larger "
+                                   "--memory-budget for two models"))
     try:
         b = load(left)
         if b is a or any(b is m for m in shared):  # (nothing more loaded: each budget as it was)
@@ -206,7 +208,11 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
         return Second(b, True, None if left is None else chosen - left, chosen)
     except AttnvizError as exc:
         # (the room rounds down, as B's own refusal writes the budget it got)
-        room = "" if left is None else (f" in the {format_bytes(left, 'down')} of the {format_bytes(chosen)} "
+        room = "" if left is None else (f"{format_bytes(left, 'down')} of the {format_bytes(chosen)} "
                                         f"memory budget left beside {held}")
+        if what:
+            lead = f"Could not load {what}" + (f" in the {room}" if room else "")
+        else:
+            lead = f"There is only {room}" if room else ""
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
-        raise kind(sentences(f"Could not load {what}{room}", str(exc))) from None
+        raise kind(sentences(lead, str(exc))) from None

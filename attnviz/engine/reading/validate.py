@@ -36,7 +36,9 @@ def os_reason(exc: OSError) -> str:
         return "no such file"
     if isinstance(exc, IsADirectoryError):
         return "it is a folder, not a file"
-    return (exc.strerror or str(exc) or type(exc).__name__).lower()
+    if exc.strerror:  # (the system's words, "No space left on device", after a colon)
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return str(exc) or type(exc).__name__  # (a message may hold a path: its case is kept)
 
 
 def cannot_read(path: Path, exc: OSError) -> ModelLoadError:

@@ -23,7 +23,7 @@ def load_b(a, source, relay, checkpoints=None):
     from attnviz.engine.analysing.pair_memory import load_beside
     from attnviz.engine.computing.checkpoints import checkpoint_record, checkpoint_words, model_at
 
-    what = source.describe(a.name)
+    what = ""  # (Compare's note names B: "Could not compare with …", and load_beside says why)
     if source.kind == "quantized":
         def load(_budget):
             from attnviz.engine.computing.quantized import quantized_model
@@ -48,7 +48,7 @@ def load_b(a, source, relay, checkpoints=None):
                                  shared=(ckpts.base,))
         else:
             second = load_beside(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
-                                 a, "model B")
+                                 a, what)
         b = second.model
         ident = C.identity(b, b.name + checkpoint_words(b), checkpoint=checkpoint_record(b))
     b = second.model

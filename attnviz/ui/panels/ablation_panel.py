@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import plural, tokens
-from attnviz.engine.analysing.ablation import MODES, edge_seen, layer_span
+from attnviz.engine.analysing.ablation import MODES, edge_seen, layer_runs, layer_span
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text
 from attnviz.engine.errors import InputError
@@ -140,8 +140,8 @@ class AblationPanel(QWidget):
         g.addWidget(knock, 2, 2)
         col.addLayout(g)
         self.message = plain_label(QLabel())  # (it quotes what was typed)
-        self.message.setStyleSheet(f"color: {WARNING}")
         self.message.setWordWrap(True)
+        self._said_for = None  # the ablation the message is about: another one clears it (_follow)
         col.addWidget(self.message)
         self.restore_button = QPushButton("Restore clean run")
         self.restore_button.clicked.connect(eff.restore_clean)
@@ -179,6 +179,7 @@ class AblationPanel(QWidget):
         col.addWidget(self.ranked, 2)
 
         eff.sigAblationChanged.connect(self._follow)
+        state.sigTextChanged.connect(lambda *_: self._say(""))  # (a refusal or an edge of the text before)
         eff.sigScanChanged.connect(self._show_scan)
         eff.sigScanProgress.connect(self._on_progress)
         state.sigHeadLabelsChanged.connect(self._show_scan)
@@ -186,6 +187,13 @@ class AblationPanel(QWidget):
         self._show_scan()
 
     # --- widgets -> state -------------------------------------------------------------------------
+    def _say(self, text: str, refused: bool = True, about=None) -> None:
+        """The line under the edits: a refusal in the warning colour, what was done in the text's
+        own; about the ablation `about` (the one on now where None), and gone once another is."""
+        self._said_for = self.effects.ablation if about is None else about
+        self.message.setStyleSheet(f"color: {WARNING}" if refused else "")
+        self.message.setText(text)
+
     def _add_head(self) -> None:
         from attnviz.engine.analysing.ablation import parse_heads
 
@@ -195,9 +203,9 @@ class AblationPanel(QWidget):
         try:
             heads = parse_heads(self.head_edit.text(), st.n_layer, st.n_head)
         except InputError as exc:
-            self.message.setText(str(exc))
+            self._say(str(exc))
             return
-        self.message.setText("")
+        self._say("")
         ab = self.effects.ablation
         for l, h in heads:
             if (l, h) not in ab.heads:
@@ -223,32 +231,33 @@ class AblationPanel(QWidget):
             q, k = (int(x) for x in edge.replace("→", "-").split("-"))
             span = layer_span(layers, st.n_layer) if layers.strip() else list(range(st.n_layer))
         except ValueError:
-            self.message.setText(f"{text!r} is not Q-K in A-B, e.g. 44-33 in 0-29")
+            self._say(f"{text!r} is not Q-K in A-B, e.g. 44-33 in 0-29")
             return
         except InputError as exc:
-            self.message.setText(str(exc))
+            self._say(str(exc))
             return
         if st.result is None:  # (no text run yet: no edge to name)
             return
         T, cfg = st.result.n_tokens, st.model.config
         if not (0 <= q < T and 0 <= k < T):
-            self.message.setText(f"the edge {q}→{k} is outside this text's {tokens(T)} (0..{T - 1})")
+            self._say(f"the edge {q}→{k} is outside this text's {tokens(T)} (0..{T - 1})")
             return
         seen = seen_span(cfg, span, q, k)
         unseen = [i for i in span if i not in seen]
         if not seen:
             where = "" if len(span) == st.n_layer else f"'s {layers_text(span)}"
-            self.message.setText(f"the edge {q}→{k} is not one a query sees in {st.model.name}{where} "
+            self._say(f"the edge {q}→{k} is not one a query sees in {st.model.name}{where} "
                                  f"(keys at or before the query{_within(cfg, span)})")
             return
         ab = self.effects.ablation
         if set(seen) <= knocked_out(ab, q, k):  # (with_knockout would take it back out)
-            self.message.setText(f"the edge {q}→{k} is already knocked out in {layers_text(seen)}: "
+            self._say(f"the edge {q}→{k} is already knocked out in {layers_text(seen)}: "
                                  "to restore it, select it above and press Switch back on")
             return
-        self.message.setText(f"knocked out in {layers_text(seen)} only: a query in {layers_text(unseen)} "
-                             f"sees keys within {cfg.sliding_window} of it" if unseen else "")
-        self.effects.set_ablation(ab.with_knockout(seen, q, k))
+        ab = ab.with_knockout(seen, q, k)
+        self._say(f"knocked out in {layers_text(seen)} only: a query in {local_text(cfg, unseen)} "
+                  f"sees keys within {cfg.sliding_window} of it" if unseen else "", False, ab)
+        self.effects.set_ablation(ab)
         self.knock_edit.clear()
 
     def _ranked_clicked(self, row: int, _col: int) -> None:
@@ -259,6 +268,8 @@ class AblationPanel(QWidget):
     # --- state -> widgets -------------------------------------------------------------------------
     def _follow(self, *_) -> None:
         ab = self.effects.ablation
+        if ab is not self._said_for:  # (switched back on, restored, the grid's menu: not what it says)
+            self._say("")
         self.head_list.clear()
         for l, h in ab.heads:
             item = QListWidgetItem(f"{head_title(l, h)}  ({ab.mode})")
@@ -323,6 +334,15 @@ def _within(cfg, layers) -> str:
     windows = {cfg.window(i) for i in layers} if cfg.causal else {None}
     window = max(windows - {None}, default=None)
     return "" if window is None else f", within {window}" + (" in local layers" if None in windows else "")
+
+
+def local_text(cfg, layers) -> str:
+    """`layers` (local ones) in words: "the local layers" where they are all of the model's,
+    else their runs ("layers 0-4, 6-10")."""
+    layers = list(layers)
+    if layers == [i for i in range(cfg.n_layer) if cfg.window(i) is not None]:
+        return "the local layers"
+    return layer_runs(layers)
 
 
 def seen_span(cfg, layers, q: int, k: int) -> tuple[int, ...]:

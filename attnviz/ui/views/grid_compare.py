@@ -63,8 +63,9 @@ class ModeSelector(QWidget):
     def refresh(self) -> None:
         self.clean.setVisible(self.jobs.state.effects.ablation.active and grid_mode(self.jobs) != "A")
         j = self.jobs
-        self.waiting.setText(LONG_TEXT if j.long_text else FAILED if j.failed is not None else WAITING)
-        self.waiting.setVisible(waiting(self.jobs))
+        self.waiting.setText(FAILED if j.failed is not None else WAITING)
+        # (a long text hides the grid, this selector with it: the Compare panel's note says so)
+        self.waiting.setVisible(waiting(self.jobs) and not j.long_text)
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
             b.setChecked(mode == self.jobs.mode)
@@ -115,8 +116,8 @@ def waiting(jobs) -> bool:
     training step (CompareJobs.a_changed lets the old one go), or none comes (a long text, a run of
     A or a comparison that failed). The last picture's B or A − B is then of another A: the grid
     shows A's last run (the step A left, until the new A's run is in), and the selector says it is
-    comparing, or why no comparison comes."""
-    return compared_mode(jobs) != "A" and jobs.comparison is None
+    comparing, or why no comparison comes. A long text's comparison before it is of another text."""
+    return compared_mode(jobs) != "A" and (jobs.comparison is None or jobs.long_text)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,6 @@ def difference(a: Shown, b: Shown, layer: int) -> tuple[np.ndarray, np.ndarray |
 # the new A's run is in, so the words claim no step)
 WAITING = "(comparing\u2026: A's last run shown meanwhile)"
 FAILED = "(could not compare: A's last run shown)"  # (the Compare panel's note says why)
-LONG_TEXT = "(not compared: a long text; A's run shown)"  # (as the panel's note: A's long run alone)
 # what Compare compares while heads (or edges) are switched off in A: both models' clean runs
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
 

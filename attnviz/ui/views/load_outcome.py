@@ -13,6 +13,8 @@ from attnviz.ui.machinery import settings as remembered
 from attnviz.ui.machinery.runner import failure
 from attnviz.ui.views.notices import sentence, show_status
 
+MOVED_FROM = "moved_from"  # (a view's key, set by by_name_once_moved: the model_path it no longer has)
+
 
 def report_load(w, source: str, outcome: str, message: str) -> None:
     """The outcome of a load of `source` in window `w`: loaded, failed or cancelled."""
@@ -82,7 +84,7 @@ def loaded(w, model) -> None:
     if w.pending_view is not None:  # (before the notes: a view applied clears the banner)
         (view, path), w.pending_view = w.pending_view, None
         if shows_model_of(view, w.state):
-            w.apply_view(view, path)
+            apply_moved(w, view, path)
         else:  # another model was opened while the view waited for its own
             w.statusBar().showMessage(f"Loaded {model.name}; the view of {view.get('model')} "
                                       "was not opened", 8000)
@@ -93,10 +95,14 @@ def loaded(w, model) -> None:
 def shows_model_of(view: dict, state) -> bool:
     """Whether `state`'s model is the one a view (a sidecar) was exported from: the file or folder
     it names (model_path) where that model was opened by path, else the model of its name. Paths
-    are compared resolved: `/x/../x/m`, a symlink to m and m itself are one model."""
+    are compared resolved: `/x/../x/m`, a symlink to m and m itself are one model. A view whose
+    path is gone (by_name_once_moved) is of the model of its name: one opened by path is another
+    model of that name (a fine-tuned copy), not a match."""
     if view.get("model_path"):
         return state.model_path is not None and \
             Path(state.model_path).resolve() == Path(view["model_path"]).resolve()
+    if view.get(MOVED_FROM) and state.model_path is not None:
+        return False
     return view.get("model") in (state.model_name, state.model_source)
 
 
@@ -111,7 +117,7 @@ def open_view(w, path: str) -> None:
         w.show_error(failure(f"Could not open view {path}", str(exc)))
         return
     if not view.get("model") or shows_model_of(view, w.state):
-        w.apply_view(view, path)
+        apply_moved(w, view, path)
         return
     w.pending_view = (view, path)  # applied once that model is loaded
     source = view.get("model_path") or view["model"]  # (a model opened by path: that path)
@@ -130,4 +136,15 @@ def by_name_once_moved(view: dict) -> dict:
         registry.resolve(name)
     except (AttnvizError, OSError):
         return view
-    return {k: v for k, v in view.items() if k != "model_path"}
+    return {**{k: v for k, v in view.items() if k != "model_path"}, MOVED_FROM: where}
+
+
+def apply_moved(w, view: dict, path: str) -> None:
+    """Apply `view` in `w`; one reopened by its name (its model_path gone) says so in the banner,
+    since a model of the same name may be another model (the base of a fine-tuned copy)."""
+    w.apply_view(view, path)
+    if view.get(MOVED_FROM):
+        said = w.notices.banner.text() if w.notices.banner.isVisible() else ""
+        moved = (f"{view[MOVED_FROM]} is not on this computer; opened {view['model']} by its "
+                 "name instead")
+        w.show_error(" ".join([sentence(moved), *filter(None, [said])]))
