@@ -72,5 +72,5 @@ def test_a_refused_second_model_reads_its_room_as_its_own_refusal_does():
     finally:
         MB.set_memory_budget(None)
     said = str(refused.value)
-    room, own = re.search(r"B \((\S+ \S+) of the .*: For B, a memory budget of (\S+ \S+) is less", said).groups()
+    room, own = re.search(r"in the (\S+ \S+) of the .*\. For B, a memory budget of (\S+ \S+) is less", said).groups()
     assert room == own == "1 MiB", said

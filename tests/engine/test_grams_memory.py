@@ -127,7 +127,7 @@ def test_a_refused_second_model_names_what_the_chosen_budget_holds_of_a(room, ma
         assert a.grams_held() == grams_bytes(a.config)
 
     def refuse(budget):
-        raise ModelLoadError("refused")
+        raise ModelLoadError("Refused")
     budget = a.weights.layers.held_bytes() + room
     MB.set_memory_budget(budget)
     try:
