@@ -138,7 +138,7 @@ def _input(c: Cursor) -> None:
 
 # the convention of every weight caption here, beside the Calculator's table of the same matrices
 WEIGHT_SHAPES = ("weight shapes [in, out], as x @ W multiplies them (the Calculator's [out, in] is "
-                 "the same matrix as checkpoints store it)")
+                 "the same matrix as nn.Linear stores it)")
 
 
 def _projections(c: Cursor) -> None:

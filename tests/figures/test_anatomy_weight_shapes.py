@@ -17,4 +17,4 @@ def test_the_anatomy_says_its_weight_shapes_are_in_out(qapp):
         painted = " ".join(t.text for t in lay.texts)
         assert lay.block("w_k").caption.startswith(f"W_K [{cfg.d_model}, {cfg.n_kv_head * cfg.d_head}]")
         assert "weight shapes [in, out], as x @ W multiplies them (the Calculator's [out, in] is the " \
-               "same matrix as checkpoints store it)" in painted, painted
+               "same matrix as nn.Linear stores it)" in painted, painted

@@ -44,3 +44,25 @@ def test_a_narrow_title_abbreviates_its_badge_and_keeps_the_probe_note(qtbot, tm
             else:
                 assert text.startswith(f"H{h} ") and text.endswith(note), titles
                 assert text == f"H{h} {short_badge(badges[h])}" or "\u2026 (p)" in text, titles
+
+
+def test_a_title_too_narrow_for_its_probe_note_keeps_the_head_not_a_bare_role(qtbot):
+    """At every width a probe's title shows its role with the note, or no role at all: never a
+    role cut free of its "(p)", and never the note without the head's name before it."""
+    from PySide6.QtGui import QFont, QFontMetricsF
+
+    from attnviz.ui.views.grid_items import cut_title
+
+    font = QFont()
+    font.setPointSize(8)
+    fm = QFontMetricsF(font)
+    seen = set()
+    for width in range(4, 90):
+        shown = cut_title(fm, "H12 ind (p)", width)
+        seen.add(shown)
+        assert fm.horizontalAdvance(shown) <= width
+        if shown.endswith(" (p)"):
+            assert shown.startswith(("H12 ", "H12…")), shown
+        else:
+            assert shown in ("", "…", "H…", "H1…", "H12", "H12…"), shown
+    assert {"H12…", "H12 ind (p)"} <= seen

@@ -140,12 +140,19 @@ def title_form(forms: list, fits) -> int:
 
 def cut_title(fm: QFontMetricsF, text: str, width: float, keep: str = SHORT_PROBE_NOTE) -> str:
     """`text` cut with "…" to `width` pixels where wider, its end `keep` (a probe's note) left
-    whole where it ends so: the role is cut, never what it is about."""
+    whole where it ends so and the head's name ("H6") still fits before it: the role is cut first,
+    never what it is about; narrower, the head's name goes before the note does."""
     if fm.horizontalAdvance(text) <= width:
         return text
-    keep = keep if keep and text.endswith(keep) else ""
-    cut = fm.elidedText(text[:len(text) - len(keep)], Qt.TextElideMode.ElideRight, width - fm.horizontalAdvance(keep))
-    return cut + keep if cut else ""
+    elide = Qt.TextElideMode.ElideRight
+    if not (keep and text.endswith(keep)):
+        return fm.elidedText(text, elide, width)
+    cut = fm.elidedText(text[:len(text) - len(keep)], elide, width - fm.horizontalAdvance(keep))
+    name = text.split(" ", 1)[0]
+    if cut.startswith(name):
+        return cut + keep
+    # (a role without its probe note would read as the typed text's: the name alone, cut)
+    return name + "…" if fm.horizontalAdvance(name + "…") <= width else fm.elidedText(name, elide, width)
 
 
 class Label(QGraphicsSimpleTextItem):
