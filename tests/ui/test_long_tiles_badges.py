@@ -2,6 +2,7 @@
 same title and shorter forms: grid_items.title_forms), a probe's badge saying "(probe)" or, in a
 narrow tile, "(p)". (The tiles were titled "L1 H0" alone while the Overview labelled the heads.)"""
 
+from PySide6.QtCore import QPointF
 from PySide6.QtGui import QImage, QPainter
 
 from attnviz.figures.roles import short_badge
@@ -44,3 +45,7 @@ def test_the_long_tiles_titles_carry_the_role_badges(qtbot, tmp_path, monkeypatc
             assert title in (f"L1 H{h}  {badges[h]}", f"H{h}  {badges[h]}", f"H{h} {short_badge(badges[h])}"), titles
         if source == "probe":
             assert all(t.endswith(("(probe)", "(p)")) for t in titles), titles
+        for h in range(n_head):  # a hover over a tile names its head with the badge whole
+            r = tiles.head_rect(h)
+            said = tiles.readout(QPointF(r.center().x(), r.bottom() - 2))
+            assert said.startswith(f"L1 H{h}  {badges[h]}  "), said

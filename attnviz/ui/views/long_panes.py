@@ -131,7 +131,7 @@ class _PatternArea(QWidget):
         labels = lg.run.result.labels
         w = lg.shown().weight(layer, h, q, k)  # the shown weight, under the view's options
         undefined = w is not None and lg.shown().undefined(layer, h, q)  # (the dense views' words)
-        text = (f"{head_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  "
+        text = (f"{self.whole_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  "
                 + ("(hidden)" if w is None else UNDEFINED if undefined else f"{w:.4g}"))
         cell = self.cell_at(h, pos)
         if cell is not None and not cell[0].exact:
@@ -145,6 +145,9 @@ class _PatternArea(QWidget):
 
     def overview_of(self, h: int):
         raise NotImplementedError
+
+    def whole_title(self, layer: int, h: int) -> str:  # the head as the readout names it
+        return head_title(layer, h)
 
     def layer(self) -> int:
         lp = self.long.patterns
@@ -348,12 +351,20 @@ class HeadTiles(_PatternArea):
     def clicked(self, h: int) -> None:
         self.state.set_focus(self.layer(), h)
 
+    def whole_title(self, layer: int, h: int) -> str:
+        """The tile's title whole, badge and all (its painted title may be shortened)."""
+        kind = self._kind(layer)
+        return title_forms(layer, h, self.state.badge(layer, h), f" · {kind}" if kind else "")[0]
+
+    def _kind(self, layer: int):
+        model = self.state.model
+        return model.config.layer_kind(layer) if model is not None and layer < model.config.n_layer else None
+
     def titles(self, layer: int) -> list[str]:
         """Each tile's title as the grid's tiles write it (grid_items.title_forms: the layer kind,
         the role badge), the row in the first form whose titles all fit a tile, cut where none
         does."""
-        model, fm = self.state.model, QFontMetricsF(self._font)
-        kind = model.config.layer_kind(layer) if model is not None and layer < model.config.n_layer else None
+        fm, kind = QFontMetricsF(self._font), self._kind(layer)
         forms = [title_forms(layer, h, self.state.badge(layer, h), f" · {kind}" if kind else "")
                  for h in range(self.n_head())]
         room = self.tile_px() + self.GAP - 2  # (a title up to the next tile's, a gap short of its title)
