@@ -96,6 +96,15 @@ def grid_pixel(g, x: float, y: float) -> tuple[int, int, int]:
     return c.red(), c.green(), c.blue()
 
 
+def focus_pixel(f, k: float, q: float) -> tuple[int, int, int]:
+    """The focus view's painted colour on the screen pixel showing view point (key k, query q)."""
+    from PySide6.QtCore import QPointF
+
+    p = f.gw.mapFromScene(f.vb.mapViewToScene(QPointF(k, q)))
+    c = f.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
+    return c.red(), c.green(), c.blue()
+
+
 def grid_aim(g, x: float, y: float):
     """The grid's viewport pixel that shows the mosaic pixel holding image point (x, y): Qt paints
     the mosaic into its rect rounded to whole pixels, each screen pixel the mosaic pixel at its

@@ -4,17 +4,10 @@ of the hidden key's column (the no-value colour), as the exported figure does, a
 undefined rather than reading 0.00; an encoder's first row keeps its other keys and is coloured.
 (They painted it in the colour of 0.)"""
 
-from PySide6.QtCore import QPointF
 
-from windows import TOY, WAIT, drain_events, grid_pixel, hover_grid, hover_plot, open_window
+from windows import TOY, WAIT, drain_events, focus_pixel, grid_pixel, hover_grid, hover_plot, open_window
 
 TEXT = "abcabcab"
-
-
-def _focus_pixel(f, k: float, q: float) -> tuple[int, int, int]:
-    p = f.gw.mapFromScene(f.vb.mapViewToScene(QPointF(k, q)))
-    c = f.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
-    return c.red(), c.green(), c.blue()
 
 
 def test_a_decoders_first_row_is_blank_and_undefined(qtbot, tmp_path):
@@ -40,9 +33,9 @@ def test_a_decoders_first_row_is_blank_and_undefined(qtbot, tmp_path):
 
     def focus_painted() -> bool:
         drain_events()
-        gap = _focus_pixel(f, 0.5, 1.5)
-        return (all(_focus_pixel(f, k + 0.5, 0.5) == gap for k in range(1, T))
-                and _focus_pixel(f, 1.5, 1.5) != gap)
+        gap = focus_pixel(f, 0.5, 1.5)
+        return (all(focus_pixel(f, k + 0.5, 0.5) == gap for k in range(1, T))
+                and focus_pixel(f, 1.5, 1.5) != gap)
 
     qtbot.waitUntil(lambda: "L0 H1" in f.title.text(), timeout=WAIT)
     qtbot.waitUntil(focus_painted, timeout=WAIT)

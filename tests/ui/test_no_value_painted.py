@@ -5,19 +5,12 @@ window's background in the grid and the focus view and dark green in the long vi
 background reads as a weight of 0.)"""
 
 import pytest
-from PySide6.QtCore import QPointF
 
 from attnviz.figures.style import no_value_colour
 from attnviz.ui.views.long_view import LongView
-from windows import TOY, WAIT, drain_events, grid_pixel, long_view_shown, open_window
+from windows import TOY, WAIT, drain_events, focus_pixel, grid_pixel, long_view_shown, open_window
 
 TEXT = "abcabcab"
-
-
-def _focus_pixel(f, k: float, q: float) -> tuple[int, int, int]:
-    p = f.gw.mapFromScene(f.vb.mapViewToScene(QPointF(k, q)))
-    c = f.gw.viewport().grab().toImage().pixelColor(p.x(), p.y())
-    return c.red(), c.green(), c.blue()
 
 
 def test_the_grid_and_the_focus_view_paint_no_value_in_its_colour(qtbot, tmp_path):
@@ -42,9 +35,9 @@ def test_the_grid_and_the_focus_view_paint_no_value_in_its_colour(qtbot, tmp_pat
 
         def focus_painted() -> bool:
             drain_events()
-            return ([_focus_pixel(f, 0.5, q + 0.5) for q in range(T)] == [nv] * T
-                    and [_focus_pixel(f, k + 0.5, 0.5) for k in range(T)] == [nv] * T
-                    and _focus_pixel(f, 1.5, 1.5) != nv)
+            return ([focus_pixel(f, 0.5, q + 0.5) for q in range(T)] == [nv] * T
+                    and [focus_pixel(f, k + 0.5, 0.5) for k in range(T)] == [nv] * T
+                    and focus_pixel(f, 1.5, 1.5) != nv)
 
         qtbot.waitUntil(lambda: "L0 H1" in f.title.text(), timeout=WAIT)
         qtbot.waitUntil(focus_painted, timeout=WAIT)
