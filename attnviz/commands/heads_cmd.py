@@ -90,23 +90,27 @@ def heads_table(hs):
         + ", ".join(sorted({f"{t:g}" for t in H.THRESHOLDS.values()})) + f") with a score that beats "
         f"the head's chance score by {H.CHANCE_MARGIN:g}; '{UNDER_CHANCE}' marks a strength that "
         "clears the threshold while its score does not beat chance. Scores and chance scores: --json.")
-    lines = textwrap.wrap(legend, 100) + [
-        "",
-        "layer head  label      " + " ".join(f"{n[:9]:>9}" for n in names),
-        "                       " + " ".join(f"{units[n]:>9}" for n in names),
-    ]
+    head_rows = [["layer", "head", "label", *names], ["", "", "", *(units[n] for n in names)]]
+    rows = []
     for l in range(hs.n_layer):
         for h in range(hs.n_head):
-            cells = []
+            cells = [str(l), str(h), hs.labels[l][h]]
             for n in names:
                 if n in H.ROLES:
                     v = float(hs.strength[n][l, h])
                     passes = H.passes(n, hs.strength[n], hs.scores[n], hs.chance.get(n))[l, h]
                     mark = UNDER_CHANCE if v >= H.THRESHOLDS[n] and not passes else " "
-                    cells.append(f"{'nan' if np.isnan(v) else H.strength_text(n, v)}{mark}".rjust(9))
+                    cells.append(f"{'nan' if np.isnan(v) else H.strength_text(n, v)}{mark}")
                 else:
-                    cells.append(f"{_fmt(hs.scores[n][l, h])} ".rjust(9))
-            lines.append(f"{l:5d} {h:4d}  {hs.labels[l][h]:<10} " + " ".join(cells))
+                    cells.append(f"{_fmt(hs.scores[n][l, h])} ")
+            rows.append(cells)
+    # each column as wide as its widest cell: a strength printed with more decimals (strength_text,
+    # to stay on its side of the threshold) widens its column, never shifts its row
+    widths = [max(len(row[i]) for row in head_rows + rows) for i in range(len(head_rows[0]))]
+    lines = textwrap.wrap(legend, 100) + [""]
+    for row in head_rows + rows:
+        cells = [c.ljust(w) if i == 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append(f"{cells[0]} {cells[1]}  {' '.join(cells[2:])}".rstrip())
     return lines
 
 

@@ -162,3 +162,38 @@ def test_a_strength_just_under_its_threshold_is_never_printed_as_the_threshold(c
     for l, h in ((0, 1), (1, 0)):
         row = next(line.split() for line in out.splitlines() if line.split()[:2] == [str(l), str(h)])
         assert row[3 + names.index("sink")] == "0.49999"
+
+
+def test_a_strength_printed_with_more_decimals_widens_its_column_not_its_row(cli, monkeypatch):
+    """A strength strength_text prints with extra decimals (0.49999997, to stay under its 0.5 bar)
+    is wider than the other cells: its column widens for every row, so each row's columns start
+    where the header's do (a fixed width let that row's later columns shift right)."""
+    import re
+
+    score_result = H.score_result
+
+    def under_by_a_hair(*args, **kwargs):
+        hs = score_result(*args, **kwargs)
+        hs.strength["sink"][0, 1] = 0.49999997
+        return hs
+    monkeypatch.setattr(H, "score_result", under_by_a_hair)
+    rc, out, _ = cli("heads", "--model", "attnviz-textbook", "--text",
+                     "the cat sat on the mat . the cat sat on the mat")
+    assert rc == 0
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("layer head  label"))
+    names = list(H.SCORE_NAMES)
+    body = lines[at + 2:at + 2 + 6]
+    assert body[1].split()[3 + names.index("sink")] == "0.49999997"
+
+    def anchors(line, header=False):
+        """Where each column sits: layer and head end, the label starts, each number ends (before
+        its '*' slot; a header name ends on that slot)."""
+        words = list(re.finditer(r"\S+", line))
+        return ([words[0].end(), words[1].end(), words[2].start()]
+                + [w.start() + len(w.group().rstrip("*")) - header for w in words[3:]])
+    assert len(body) == 6 and all(len(line.split()) == 3 + len(names) for line in body)
+    assert {tuple(anchors(line)) for line in body} == {tuple(anchors(lines[at], header=True))}, \
+        "\n".join(lines[at:at + 8])
+    units = list(re.finditer(r"\S+", lines[at + 1]))
+    assert [u.end() for u in units] == [w.end() for w in re.finditer(r"\S+", lines[at])][3:]

@@ -156,6 +156,21 @@ def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monk
         f"cannot write {out}: permission denied")
 
 
+def test_a_jobs_os_error_reads_in_the_words_a_read_or_an_export_uses(tmp_path):
+    """An OSError a job met (not writing a named export) reads as its file and validate.os_reason's
+    words, a sentence in runner.failure ("Permission denied: x" had the system's own case)."""
+    from attnviz.ui.machinery.runner import describe_error, failure
+
+    ckpt = tmp_path / "step1.pt"
+    denied = PermissionError(errno.EACCES, "Permission denied", str(ckpt))
+    assert describe_error(denied) == f"{ckpt}: permission denied"
+    assert failure("Could not read the training checkpoints", describe_error(denied)) == (
+        f"Could not read the training checkpoints. {ckpt}: permission denied.")
+    full, bare = OSError(errno.ENOSPC, "No space left on device"), PermissionError(errno.EACCES, "Permission denied")
+    assert failure("The scan failed", describe_error(full)) == "The scan failed. No space left on device."
+    assert failure("The scan failed", describe_error(bare)) == "The scan failed. Permission denied."
+
+
 def test_dialog_offers_the_anatomy_only_as_an_image(qtbot, state):
     from attnviz.ui.export import ExportDialog
 

@@ -169,3 +169,17 @@ def test_a_head_the_model_lacks_is_named_with_the_model(qtbot, tmp_path):
     assert widget(w, "error_banner").text() == (
         f"Could not open view {sidecar}. Head 99 is out of range: s has {n} heads per layer "
         f"(0..{n - 1}). The view was left as it was.")
+
+
+def test_a_sidecar_that_fails_its_check_is_named_once(qtbot, tmp_path):
+    """open_sidecar's refusal names the file it read; the banner's lead does not name it again
+    ("Could not open view x. x: scale_mode ..." said it twice)."""
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s", scale_mode="loud")
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(model), text="Another text.")
+    for given in (sidecar, sidecar.with_suffix("")):  # the sidecar, or the picture it is beside
+        w.open_view(str(given))
+        text = widget(w, "error_banner").text()
+        assert text.startswith(f"Could not open the view. {sidecar}: scale_mode 'loud' is not one of "), text
+        assert text.count(str(given)) == 1 and text.count("head.png") == 1, text
+    assert w.state.text == "Another text."

@@ -165,7 +165,8 @@ def refusal(source: Any, key: str, found: str | None, expected: str) -> ModelLoa
 SENTENCE_STARTS = frozenset("""
     a ablation an attention batch calculator cannot checkpoint circuits corpus direction expected
     edge export give head heads index key knocking knockout larger layer layers lens loss memory model
-    must newer no nothing only patching position preset region rendering resuming role rounding
+    must newer no nothing only patching permission position preset region rendering resuming role
+    rounding
     rows scale scope sequence stopped target temperature tensor text the there this token too
     unexpected unknown view what width""".split())
 

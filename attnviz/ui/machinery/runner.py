@@ -50,16 +50,18 @@ POOL, THREAD = "pool", "thread"  # the two lanes (module docstring)
 
 def describe_error(exc: BaseException, writing=None) -> str:
     """A failure as the user reads it: the project's own errors as they are, an OSError as its
-    reason and file ("cannot write <writing>: <reason>" for one met writing file `writing`),
+    file and reason in validate.os_reason's words ("<file>: permission denied"; "cannot write
+    <writing>: <reason>" for one met writing file `writing`),
     anything else named as unexpected (its traceback is in the log)."""
     if isinstance(exc, AttnvizError):
         return str(exc)
-    if isinstance(exc, OSError) and writing is not None:
-        from attnviz.engine.reading.validate import os_reason  # the words the export writer uses
+    if isinstance(exc, OSError) and (writing is not None or exc.strerror):
+        from attnviz.engine.reading.validate import os_reason  # the words every read and export uses
 
-        return f"cannot write {writing}: {os_reason(exc)}"
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+        if writing is not None:
+            return f"cannot write {writing}: {os_reason(exc)}"
+        # (a job may read or write: its file and reason, never a verb that may be wrong)
+        return f"{exc.filename}: {os_reason(exc)}" if exc.filename else os_reason(exc)
     return f"unexpected {type(exc).__name__}: {exc} (details in the log)"
 
 

@@ -10,7 +10,7 @@ from attnviz.engine.errors import AttnvizError
 from attnviz.engine.reading import registry
 from attnviz.engine.reading.memory_budget import chosen_by_command_line
 from attnviz.ui.machinery import settings as remembered
-from attnviz.ui.machinery.runner import failure
+from attnviz.ui.machinery.runner import describe_error, failure
 from attnviz.ui.views.notices import sentence, show_status
 
 MOVED_FROM = "moved_from"  # (a view's key, set by by_name_once_moved: the model_path it no longer has)
@@ -114,7 +114,10 @@ def open_view(w, path: str) -> None:
     try:
         view = by_name_once_moved(open_sidecar(path))
     except (AttnvizError, OSError, ValueError, KeyError) as exc:
-        w.show_error(failure(f"Could not open view {path}", str(exc)))
+        # (open_sidecar's refusals and a file's OSError name the file: the lead does not again)
+        named = isinstance(exc, AttnvizError) or bool(getattr(exc, "filename", None))
+        why = describe_error(exc) if isinstance(exc, OSError) else str(exc)
+        w.show_error(failure("Could not open the view" if named else f"Could not open view {path}", why))
         return
     if not view.get("model") or shows_model_of(view, w.state):
         apply_moved(w, view, path)
