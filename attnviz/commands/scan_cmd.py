@@ -125,14 +125,6 @@ def report_rows(out, manifest):
     return rows, means
 
 
-def fewer_texts(stat_texts: dict, scanned: int) -> dict:
-    """{statistic: "over N texts"} for each statistic whose means are over fewer texts than were
-    scanned (duplicate and induction leave out texts with too many unknown tokens); "over N..M
-    texts" where the heads differ."""
-    return {name: f"over {plural(hi, 'text')}" if lo == hi else f"over {lo}..{plural(hi, 'text')}"
-            for name, (lo, hi) in stat_texts.items() if (lo, hi) != (scanned, scanned)}
-
-
 def cmd_scan_report(args) -> int:
     from attnviz.corpus import store
 
@@ -167,7 +159,7 @@ def cmd_scan_report(args) -> int:
 
         data = means_png(means, HEAD_STATS, f"{m.model_name}: head means over "
                          f"{plural(c['scanned'], 'text')} of {Path(m.corpus).name}", width=args.width,
-                         notes=fewer_texts(store.stat_texts(out), c["scanned"]))
+                         notes=store.fewer_texts(store.stat_texts(out), c["scanned"]))
     write_atomic([(png, data)])
     print(f"{png}: layer x head means of {', '.join(HEAD_STATS)}")
     return 0

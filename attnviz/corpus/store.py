@@ -27,6 +27,7 @@ import numpy as np
 
 from attnviz.engine.analysing.corpus_stats import HEAD_STATS
 from attnviz.engine.errors import InputError
+from attnviz.engine.reading.token_text import plural
 
 SCAN_KIND = "attnviz-scan"
 SCAN_VERSION = 1
@@ -298,6 +299,14 @@ def stat_texts(out: Path) -> dict:
     (row,) = query(out, f"SELECT {bounds} FROM (SELECT {counts} FROM heads GROUP BY layer, head)",
                    tables=("heads",))
     return {name: (int(row[2 * i] or 0), int(row[2 * i + 1] or 0)) for i, name in enumerate(HEAD_STATS)}
+
+
+def fewer_texts(stat_texts: dict, scanned: int) -> dict:
+    """{statistic: "over N texts"} for each statistic whose means are over fewer texts than were
+    scanned (duplicate and induction leave out texts with too many unknown tokens); "over N..M
+    texts" where the heads differ."""
+    return {name: f"over {plural(hi, 'text')}" if lo == hi else f"over {lo}..{plural(hi, 'text')}"
+            for name, (lo, hi) in stat_texts.items() if (lo, hi) != (scanned, scanned)}
 
 
 TOP_EXAMPLES_SQL = """

@@ -1,7 +1,8 @@
 """The corpus figure: each statistic's per-head mean over a scanned corpus as a layer x head grid
 (rows layers, top to bottom; columns heads), one panel per statistic with its own 0..max scale,
 coloured through the heatmaps' table (style.heat_table), a cell's value written in it when it fits
-(to two significant digits of the panel's top), and a grey cell where no text gave a value."""
+(to two significant digits of the panel's top), and a cell where no text gave a value in the
+colormap's no-value colour (style.no_value_colour), which the panel's heading names."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from attnviz.engine.analysing.corpus_stats import STAT_UNITS as UNITS
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.numbers import plain_number
 from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font
-from attnviz.figures.style import heat_index, heat_table
+from attnviz.figures.style import heat_index, heat_table, no_value_colour, no_value_word
 
 
 def _layout(n_layer: int, n_head: int, n_panel: int, width: int):
@@ -68,6 +69,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
         raise ExportError(f"cannot allocate a {width} x {height} image")
     image.fill(QColor(255, 255, 255))
     lut = heat_table(colormap)
+    gap = QColor(*no_value_colour(colormap))  # a head no text gave a value
     p = QPainter(image)
     try:
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -82,7 +84,8 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
             unit = f" ({UNITS[name]})" if name in UNITS else ""
             p.setPen(TEXT)
             heading = f"{name}{unit} 0..{plain_number(top)}" + (
-                f", {notes[name]}" if notes and notes.get(name) else "")
+                f", {notes[name]}" if notes and notes.get(name) else "") + (
+                f"; {no_value_word(colormap)}: no value" if finite.size < a.size else "")
             font = figure_font(head_h * 0.5, bold=True)
             wide = QFontMetricsF(font).horizontalAdvance(heading)
             if wide > panel_w:  # (a long note: smaller, not over the next panel)
@@ -106,7 +109,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
                         c = lut[idx[l, h]]
                         col = QColor(int(c[0]), int(c[1]), int(c[2]))
                     else:
-                        col = QColor(200, 200, 200)
+                        col = gap
                     p.fillRect(r, col)
                     if cell >= 22 and np.isfinite(a[l, h]):
                         p.setPen(QColor(0, 0, 0) if _bright(col) else QColor(255, 255, 255))

@@ -69,3 +69,28 @@ def test_a_long_value_stays_inside_its_cell(qapp):
     for y in range(y0, y1 + 1):
         for x in (x0, x0 + 1, x1 - 1, x1):
             assert image.pixelColor(x, y) == colour, (x, y)
+
+
+def test_a_head_with_no_value_is_the_no_value_colour_and_the_heading_names_it(qapp, monkeypatch):
+    """A NaN mean (no text gave one) is painted as every view paints no value (style.no_value_colour
+    of the colormap, not a grey of its own), and that panel's heading says its colour's name."""
+    from PySide6.QtGui import QPainter
+
+    from attnviz.figures import corpus as corpus_figures
+    from attnviz.figures.style import no_value_colour, no_value_word
+
+    drawn = []
+
+    class Recording(QPainter):  # the figure's words, as it draws them
+        def drawText(self, *args):
+            drawn.append(args[-1])
+            return super().drawText(*args)
+
+    monkeypatch.setattr(corpus_figures, "QPainter", Recording)
+    means = {"previous": np.array([[0.2, 0.5, 1.0]]), "induction": np.array([[np.nan, 0.5, 1.0]])}
+    image = QImage.fromData(means_png(means, ["previous", "induction"], "gaps", width=900))
+    gap = QColor(*no_value_colour(DEFAULT_COLORMAP))
+    assert sum(image.pixelColor(x, y) == gap for y in range(image.height()) for x in range(image.width())) > 100
+    word = no_value_word(DEFAULT_COLORMAP)
+    headings = {t.split()[0]: t for t in drawn if t.split() and t.split()[0] in means}
+    assert headings["induction"].endswith(f"; {word}: no value") and word not in headings["previous"], headings

@@ -1,15 +1,18 @@
 """The Corpus panel's layer x head map paints a head whose statistic no text gave a value (the
-induction and duplicate scores of texts mostly unknown to the model) grey and says so in a line
-over it, not as a mean of 0 on the colour scale, as the scan-report figure does."""
+induction and duplicate scores of texts mostly unknown to the model) in the no-value colour every
+view uses (style.no_value_colour) and names it in a line over the map, never as a mean of 0 on the
+colour scale, as the scan-report figure does."""
 
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 
+from attnviz.figures.data import DEFAULT_COLORMAP
+from attnviz.figures.style import no_value_colour, no_value_word
 from windows import WAIT
 
-MISSING = "#9a9a9a"  # the grey of a head with no value (corpus_views.MISSING)
+MISSING = QColor(*no_value_colour(DEFAULT_COLORMAP)).name()  # a head with no value, as every view paints it
 TEXTS = ["quantum flux capacitor overheats rapidly again", "zebras juggle purple lanterns quietly tonight"]
 
 
@@ -42,7 +45,7 @@ def test_a_statistic_no_text_gave_is_grey_and_named(window, qtbot, scan_dir):
     panel.set_stat("induction")
     qtbot.wait(50)
     assert panel.heat_w.plot.titleLabel.text == "mean induction per head"
-    assert panel.heat_note.isVisible() and panel.heat_note.text() == "Map: no text gave a value."
+    assert panel.heat_note.isVisible() and panel.heat_note.text() == f"Map: no text gave a value ({no_value_word(DEFAULT_COLORMAP)})."
     assert _pixel(panel, 1, 2).name() == QColor(MISSING).name()
     panel.set_stat("previous")
     qtbot.wait(50)

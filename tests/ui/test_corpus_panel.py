@@ -259,7 +259,7 @@ def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtb
     assert got is not None
     assert "· 0 of 2 texts scanned · 2 errors. No text gave statistics: text 0: sequence of 141 " \
            "tokens is longer than this model's 64 positions" in panel.status.text(), panel.status.text()
-    assert panel.heat_note.text() == "Map: no text gave a value."
+    assert panel.heat_note.text() == "Map: no text gave a value (magenta)."  # (viridis: style.no_value_word)
     # no head placed by behaviour (all six were drawn on one point) and no examples offered
     assert len(panel.scatter_w.points.points()) == 0
     assert panel.scatter_w.plot.titleLabel.text == "heads by behaviour: no text gave a value"

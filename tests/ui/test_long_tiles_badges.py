@@ -2,6 +2,8 @@
 same title and shorter forms: grid_items.title_forms), a probe's badge saying "(probe)" or, in a
 narrow tile, "(p)". (The tiles were titled "L1 H0" alone while the Overview labelled the heads.)"""
 
+import re
+
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QImage, QPainter
 
@@ -49,3 +51,24 @@ def test_the_long_tiles_titles_carry_the_role_badges(qtbot, tmp_path, monkeypatc
             r = tiles.head_rect(h)
             said = tiles.readout(QPointF(r.center().x(), r.bottom() - 2))
             assert said.startswith(f"L1 H{h}  {badges[h]}  "), said
+
+
+def test_a_new_long_texts_tiles_show_no_badges_of_the_last_texts_scores(qtbot, tmp_path, monkeypatch):
+    """The tiles draw the text the scores follow (state.text_result): from the new run's first paint
+    until its own scores come, they show no badge, as the grid over a preview (grid.py)."""
+    w = open_window(qtbot, tmp_path / "t.ini", model=TOY, text="abc")
+    st = w.state
+    lg = long_view_shown(w, qtbot, TEXT, (1400, 900))
+    tiles = w.findChild(LongView).tiles
+    qtbot.waitUntil(lambda: bool(st.head_labels) and st.scores_result is st.text_result, timeout=WAIT)
+    old, seen = st.text_result, []
+
+    def look(*_):  # each title as painted while the new text's scores are not yet in
+        if lg.run is not None and lg.run.result is not old and st.scores_result is not st.text_result:
+            seen.extend(painted_titles(tiles, monkeypatch))
+    lg.sigRunChanged.connect(look)  # (the tiles' first paint of the new run)
+    st.set_text("a dog ran to the big red barn. " * 10)
+    qtbot.waitUntil(lambda: look() or (st.text_result is not old and st.scores_result is st.text_result
+                                       and bool(st.head_labels)), timeout=WAIT)
+    assert seen and all(re.fullmatch(r"(L\d+ )?H\d+", t) for t in seen), seen  # the head alone
+    assert painted_titles(tiles, monkeypatch)[0].startswith("L0 H0  ")  # then the new text's badges

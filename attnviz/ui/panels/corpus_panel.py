@@ -35,6 +35,8 @@ from attnviz.ui.panels.corpus_views import ScanMap, ScanScatter
 from attnviz.ui.views.least_height import LeastHeightScroll
 from attnviz.ui.views.fields import menu_text, plain_label, rich_label
 
+STAT_TIP = "the statistic the heatmap shows: "  # then what its means are over (ScanView.stat_tip)
+
 
 class CorpusPanel(QWidget):
     """The Corpus tab (module docstring). `jobs`: its reads, hashes and loads
@@ -65,7 +67,7 @@ class CorpusPanel(QWidget):
         self.stat_box = QComboBox()
         for name in HEAD_STATS:
             self.stat_box.addItem(name + (f" ({STAT_UNITS[name]})" if name in STAT_UNITS else ""), name)
-        self.stat_box.setToolTip("the statistic the heatmap shows: its mean over the scanned texts")
+        self.stat_box.setToolTip(STAT_TIP + "its mean over the scanned texts")
         top.addWidget(self.stat_box)
         top.addStretch(1)
         lay.addLayout(top)
@@ -265,6 +267,7 @@ class CorpusPanel(QWidget):
         v = self.values()
         if v is None:
             return
+        self.stat_box.setToolTip(STAT_TIP + self.scan.stat_tip(self.stat))
         missing = self.heat_w.draw(v, self.stat)
         self.heat_note.setText(missing)
         self.heat_note.setVisible(bool(missing))

@@ -5,13 +5,14 @@ example as rich text with its query and key tokens marked."""
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from attnviz.engine.reading.token_text import plural
 from attnviz.engine.analysing.corpus_stats import place_heads
+from attnviz.engine.analysing.heads import UNKNOWN_LIMIT
 from attnviz.figures.style import FOCUS
 
 SNIPPET = 60  # characters of text shown either side of an example's tokens
@@ -35,6 +36,17 @@ class ScanView:
     examples: dict  # (layer, head) -> [store.Example] strongest first, texts included
     coords: np.ndarray  # [n_layer * n_head, 2]: the heads placed by behaviour (NaN: not placed)
     first_error: str | None = None  # the lowest text_id's error, as errors.parquet has it
+    # {stat: "over N texts"} where a statistic's means are over fewer texts than n_scanned
+    # (store.fewer_texts, as scan-report's figure notes them)
+    stat_notes: dict = field(default_factory=dict)
+
+    def stat_tip(self, name: str) -> str:
+        """What statistic `name`'s means are over, for the statistic box's tooltip."""
+        note = self.stat_notes.get(name)
+        if note is None:
+            return f"its mean over the {plural(self.n_scanned, 'scanned text')}"
+        return (f"its mean {note} of the {self.n_scanned:,} scanned: a text with more than "
+                f"{UNKNOWN_LIMIT:.0%} unknown tokens gives no duplicate or induction value")
 
     def summary(self) -> str:
         """The texts that gave statistics of all the corpus'."""
@@ -66,7 +78,8 @@ def read_scan(path) -> ScanView:
                     model_sha256=m.model_sha256, n_layer=m.n_layer,
                     n_head=m.n_head, n_texts=m.n_texts, n_scanned=c["scanned"], n_errors=c["errors"],
                     complete=m.complete, means=means, examples=examples, coords=coords,
-                    first_error=f"text {first[0][0]}: {first[0][1]}" if first else None)
+                    first_error=f"text {first[0][0]}: {first[0][1]}" if first else None,
+                    stat_notes=store.fewer_texts(store.stat_texts(path), c["scanned"]))
 
 
 def files_hash(model) -> str:

@@ -1,5 +1,5 @@
 """The Corpus panel's two plots of a scan (corpus_panel.py): the layer x head map of one statistic's
-per-head mean, with its colour bar, its grey where no text gave a value and the picked head
+per-head mean, with its colour bar, the no-value colour (style.no_value_colour) where no text gave a value and the picked head
 outlined; and the heads placed by behaviour (classical MDS of the Jensen-Shannon distances of their
 mean statistics, Clark et al. 2019), coloured by layer. Each draws what it is given; the panel
 keeps the scan, the statistic and the picked head, and writes the notes these return."""
@@ -14,12 +14,11 @@ from PySide6.QtGui import QFont, QFontMetricsF
 from attnviz.engine.analysing.corpus_stats import PROFILE_RULE
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, colormap_colors
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, colormap_colors, no_value_colour, no_value_word
 from attnviz.ui.panels.corpus_scan import ScanView, head_readout, scatter_note
 from attnviz.ui.views.grid_items import level_ticks
 
 SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
-MISSING = "#9a9a9a"  # a head's cell where no text gave the statistic a value (as the scan figure's grey)
 
 
 class ScanMap(pg.GraphicsLayoutWidget):
@@ -39,7 +38,8 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.vb = self.plot.getViewBox()
         self.vb.invertY(True)
         self.missing = pg.QtWidgets.QGraphicsRectItem()  # under the image: a head with no value
-        self.missing.setBrush(pg.mkBrush(MISSING))
+        # a head's cell where no text gave the statistic a value: the no-value colour of the map's colormap
+        self.missing.setBrush(pg.mkBrush(*no_value_colour(DEFAULT_COLORMAP)))
         self.missing.setPen(pg.mkPen(None))
         self.plot.addItem(self.missing)
         self.img = pg.ImageItem(axisOrder="row-major")  # (a NaN cell is transparent)
@@ -84,8 +84,9 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.stat = stat
         self.fit_title()
         self.cbar.setVisible(bool(finite.size))  # (its numbers over no value would be a stand-in's)
-        return ("" if finite.size == v.size else "Map: no text gave a value." if not finite.size
-                else "Map: grey where no text gave a value.")
+        word = no_value_word(DEFAULT_COLORMAP)
+        return ("" if finite.size == v.size else f"Map: no text gave a value ({word})." if not finite.size
+                else f"Map: {word} where no text gave a value.")
 
     def head_ticks(self, *_):
         """Every step-th head labelled, the step the least that keeps the labels the map's painted

@@ -20,9 +20,11 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing import heads as H
+from attnviz.engine.analysing.probes import KINDS as PROBE_KINDS
 from attnviz.engine.reading import textbook
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import minus_signs
+from attnviz.figures.roles import BADGE_SHORT, SHORT_PROBE_NOTE
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
 from attnviz.ui.views.column_fit import ColumnFit, text_margins
 from attnviz.ui.views.fields import plain_label, rich_label
@@ -39,8 +41,14 @@ _ALL = "all roles"
 
 
 def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
-    short = ROLE_SHORT[role]
-    return short if short == role else f"{short}&nbsp;=&nbsp;{role}"
+    # the map's abbreviation and the grid titles' (short_badge) where they differ: "·/mix = mixed"
+    shorts = dict.fromkeys(s for s in (ROLE_SHORT[role], BADGE_SHORT[role]) if s != role)
+    return "/".join(shorts) + f"&nbsp;=&nbsp;{role}" if shorts else role
+
+
+def _legend_tail():  # what else a grid title abbreviates: the template probes' kinds, a probe's note
+    terms = [f"{BADGE_SHORT[k]}&nbsp;=&nbsp;{k}" for k in PROBE_KINDS if BADGE_SHORT[k] != k]
+    return ", ".join(terms + [f"{SHORT_PROBE_NOTE.strip()}&nbsp;=&nbsp;from&nbsp;the&nbsp;probe"])
 
 
 class Decimals(QStyledItemDelegate):
@@ -135,11 +143,11 @@ class RolesOverview(QWidget):
         self.map.setItemDelegate(ShrinkToFit(self.map))  # (a role's name whole in a narrow column)
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
-        # where the cell's abbreviation differs from the name
+        # where the cell's abbreviation differs from the name; then the rest a grid title abbreviates
         self.legend = rich_label(QLabel(" ".join(
             f'<span style="background:{c}; color:{role_text_color(r)}">'
             f"&nbsp;{_legend_text(r)}&nbsp;</span>"
-            for r, c in ROLE_COLORS.items())))
+            for r, c in ROLE_COLORS.items()) + f" &nbsp;{_legend_tail()}"))
         self.legend.setWordWrap(True)
         self.overlay_role = QComboBox()
         self.overlay_role.addItem("none", None)
