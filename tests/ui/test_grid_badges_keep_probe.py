@@ -14,11 +14,11 @@ TEXT = ("violet anchor nine tulip gravel comet lantern otter violet anchor nine 
 
 
 def shown_titles(w) -> list[tuple[str, str]]:
-    """(the text drawn, the whole title) of each head title in the grid, left to right."""
+    """(the text drawn, the whole title) of each head title in the grid, row by row, left to right."""
     names = set(w.grid.titles())
     items = [t for t in w.grid.gw.scene().items() if isinstance(t, QGraphicsSimpleTextItem)
              and t.isVisible() and getattr(t, "full", None) in names]
-    return [(t.text(), t.full) for t in sorted(items, key=lambda t: t.scenePos().x())]
+    return [(t.text(), t.full) for t in sorted(items, key=lambda t: (round(t.scenePos().y()), t.scenePos().x()))]
 
 
 def test_a_narrow_title_abbreviates_its_badge_and_keeps_the_probe_note(qtbot, tmp_path):
