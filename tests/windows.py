@@ -400,3 +400,18 @@ def shown_pattern_pair(qtbot, att, width: int, height: int):
     pair.show()
     qtbot.waitExposed(pair)
     return pair, pair.grab().toImage()
+
+
+def figure_words(monkeypatch, module) -> list:
+    """The words `module`'s figures draw from now on, in order (its QPainter recorded)."""
+    from PySide6.QtGui import QPainter
+
+    drawn = []
+
+    class Recording(QPainter):
+        def drawText(self, *args):
+            drawn.append(args[-1])
+            return super().drawText(*args)
+
+    monkeypatch.setattr(module, "QPainter", Recording)
+    return drawn

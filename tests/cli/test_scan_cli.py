@@ -504,7 +504,7 @@ def test_scan_reports_figure_says_the_duplicate_and_induction_means_are_over_few
     """Two of the four texts are mostly unknown words (the textbook's [UNK]): every head's duplicate
     and induction means are over the other two, and those panels' headings say so; the title and
     the other panels say all four."""
-    from PySide6.QtGui import QPainter
+    from windows import figure_words
 
     from attnviz.engine.analysing.corpus_stats import HEAD_STATS
     from attnviz.figures import corpus as corpus_figures
@@ -514,14 +514,7 @@ def test_scan_reports_figure_says_the_duplicate_and_induction_means_are_over_few
     out = tmp_path / "scan"
     assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
                  "--workers", "0"]) == 0
-    drawn = []
-
-    class Recording(QPainter):  # the figure's words, as it draws them
-        def drawText(self, *args):
-            drawn.append(args[-1])
-            return super().drawText(*args)
-
-    monkeypatch.setattr(corpus_figures, "QPainter", Recording)
+    drawn = figure_words(monkeypatch, corpus_figures)  # the figure's words, as it draws them
     assert main(["scan-report", str(out)]) == 0
     assert "attnviz-textbook: head means over 4 texts of c.txt" in drawn
     headings = {t.split()[0]: t for t in drawn if t.split() and t.split()[0] in HEAD_STATS}

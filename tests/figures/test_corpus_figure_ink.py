@@ -74,19 +74,12 @@ def test_a_long_value_stays_inside_its_cell(qapp):
 def test_a_head_with_no_value_is_the_no_value_colour_and_the_heading_names_it(qapp, monkeypatch):
     """A NaN mean (no text gave one) is painted as every view paints no value (style.no_value_colour
     of the colormap, not a grey of its own), and that panel's heading says its colour's name."""
-    from PySide6.QtGui import QPainter
+    from windows import figure_words
 
     from attnviz.figures import corpus as corpus_figures
     from attnviz.figures.style import no_value_colour, no_value_word
 
-    drawn = []
-
-    class Recording(QPainter):  # the figure's words, as it draws them
-        def drawText(self, *args):
-            drawn.append(args[-1])
-            return super().drawText(*args)
-
-    monkeypatch.setattr(corpus_figures, "QPainter", Recording)
+    drawn = figure_words(monkeypatch, corpus_figures)  # the figure's words, as it draws them
     means = {"previous": np.array([[0.2, 0.5, 1.0]]), "induction": np.array([[np.nan, 0.5, 1.0]])}
     image = QImage.fromData(means_png(means, ["previous", "induction"], "gaps", width=900))
     gap = QColor(*no_value_colour(DEFAULT_COLORMAP))

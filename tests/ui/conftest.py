@@ -89,3 +89,13 @@ def toy_compare_window(qtbot, tmp_path):
     for w in made:
         w.worker.compare_jobs.close()
         w.worker.wait_idle()
+
+
+@pytest.fixture
+def auto_budget_compare_window(toy_compare_window):
+    """toy_compare_window with the memory budget on auto before the test and after it."""
+    from attnviz.engine.reading import memory_budget as MB
+
+    MB.set_memory_budget(None)
+    yield toy_compare_window
+    MB.set_memory_budget(None)

@@ -21,10 +21,8 @@ TEXT = "the cat sat on the mat and the cat sat"
 
 
 @pytest.fixture
-def window(toy_compare_window):
-    MB.set_memory_budget(None)
-    yield toy_compare_window(TEXT)
-    MB.set_memory_budget(None)
+def window(auto_budget_compare_window):
+    return auto_budget_compare_window(TEXT)
 
 
 def budget(model) -> int:
