@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "positions in the clean run (default: zero)")
     p.add_argument("--knockout", metavar="L:Q-K[,...]",
                    help="edges to block (score -inf before the softmax): layer or layers a-b, "
-                        "query Q, key K, e.g. 2:7-3 or 2-4:7-3")
+                        "query Q, key K, e.g. 2:7-3 or 2-4:7-3; an edge is blocked in those of "
+                        "the layers whose query sees it (a note on stderr names them)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_predict)
@@ -166,7 +167,10 @@ def _predict(model, args, prepared) -> int:
     elif args.ablate_mode != "zero":
         raise InputError("--ablate-mode applies only with --ablate")
     if args.knockout:
-        edits += A.knockout_edits(cfg, result.n_tokens, A.parse_knockouts(args.knockout, cfg.n_layer))
+        knockouts = A.parse_knockouts(args.knockout, cfg.n_layer)
+        edits += A.knockout_edits(cfg, result.n_tokens, knockouts)  # (refuses before any note)
+        for note in A.knockout_notes(cfg, result.n_tokens, knockouts):  # narrowed, as the tab does
+            print(f"attnviz {args.command}: note: {note}", file=sys.stderr)
     doc = predict_report(model, result, args.position, args.top, target, alt, edits)
     if args.json:
         print(json.dumps(doc))

@@ -13,6 +13,7 @@ from pathlib import Path
 from attnviz.engine.reading.token_text import plural
 from attnviz.commands.checks import add_model, non_negative, positive
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
+from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError
@@ -149,8 +150,8 @@ def cmd_scan_report(args) -> int:
               f"{best.weight:.3f} (text {best.text_id})" if best else "-")
         print(f"{l:5d} {h:4d} {texts:6d} {nums}  {ex}")
     print("means over the texts scanned (a text in errors.parquet gives none); entropy in nats, "
-          "mean_distance in tokens; duplicate and induction leave out texts with more than 20% "
-          "unknown tokens")
+          f"mean_distance in tokens; duplicate and induction leave out texts with more than "
+          f"{H.UNKNOWN_LIMIT:.0%} unknown tokens")
     from attnviz.commands.export_cmd import offscreen
     from attnviz.figures.data import write_atomic
 

@@ -313,8 +313,8 @@ class MainWindow(QMainWindow):
 
         open_view(self, path)
 
-    def apply_view(self, view: dict, path: str = "") -> None:
-        """Show a view, all of it or (with a message) nothing of it."""
+    def apply_view(self, view: dict, path: str = "") -> bool:
+        """Show a view, all of it (True) or (with a message) nothing of it."""
         from attnviz.ui.export import apply_view
 
         problem = apply_view(self.state, view)
@@ -323,6 +323,7 @@ class MainWindow(QMainWindow):
 
             lead = f"Could not open view {path}" if path else "Could not open view"
             self.show_error(f"{failure(lead, problem)} The view was left as it was.")
+            return False
         else:
             self.clear_error()
             kind = view.get("view")
@@ -336,6 +337,7 @@ class MainWindow(QMainWindow):
                 self.predict_dock.show()
                 self.predict_dock.raise_()
                 self.predict_panel.tabs.setCurrentIndex(1 if kind == "dla" else 0)
+            return True
 
     def export_dialog(self) -> None:
         from attnviz.ui.export import ExportDialog

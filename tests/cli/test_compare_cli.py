@@ -171,6 +171,15 @@ def test_a_memory_budget_two_models_do_not_fit_in_is_one_line(cli, nudged):
     assert rc == 0
 
 
+def test_a_b_that_does_not_open_under_a_budget_is_not_led_by_the_budget(cli, tmp_path):
+    # 1M leaves B room for llama_gqa's layers: the file, not the budget, is why B is refused
+    (tmp_path / "broken.gguf").write_bytes(b"not a gguf")
+    err = _refused(cli, "--memory-budget", "1M", "--model", LLAMA, "--against",
+                   str(tmp_path / "broken.gguf"), "--ids", IDS)
+    assert f"Could not load model B ({tmp_path / 'broken.gguf'}). " in err, err
+    assert "memory budget" not in err, err
+
+
 def test_b_must_be_given(cli):
     err = _refused(cli, "--model", LLAMA, "--ids", IDS)
     assert "--against B, --quantize TYPE" in err

@@ -146,12 +146,19 @@ def test_predict_and_export_give_the_dla_the_same_default_alternative(cli, capsy
 
 
 def test_a_knockout_past_the_window_names_the_layers_that_see_it(cli):
-    """Gemma 3 (window 8, layer 5 global): 20->2 lies past the local layers' window; the refusal
-    names the layer whose query sees it, as a knockout to give."""
+    """Gemma 3 (window 8, layer 5 global): 20->2 lies past the local layers' window. Asked for in
+    layers 0-5 it is knocked out in layer 5, the one whose query sees it, and a note on stderr says
+    so (as the Ablation tab does); asked for in the local layers alone it is refused, naming the
+    layer that sees it as a knockout to give."""
     ids = ",".join(str(i) for i in range(24))
-    rc, _, err = cli("predict", "--model", str(FIXTURES / "gemma3"), "--ids", ids, "--knockout", "0-5:20-2")
+    gemma = ("predict", "--model", str(FIXTURES / "gemma3"), "--ids", ids, "--knockout")
+    rc, out, err = cli(*gemma, "0-5:20-2")
+    assert rc == 0 and "knocked out 20->2 in layer 5" in out, (out, err)
+    assert err.splitlines() == ["attnviz predict: note: knocked out 20->2 in layer 5 only: a query in "
+                                "layers 0-4 sees keys within 8 of it"], err
+    rc, _, err = cli(*gemma, "0-4:20-2")
     assert rc != 0
     assert "edge 20->2 is not one the query sees in layers 0-4 (a query sees keys at or before it, " \
            "within 8): nothing to knock out; layer 5 sees it: 5:20-2" in err, err
-    rc, out, err = cli("predict", "--model", str(FIXTURES / "gemma3"), "--ids", ids, "--knockout", "5:20-2")
-    assert rc == 0 and "knocked out 20->2 in layer 5" in out, (out, err)
+    rc, out, err = cli(*gemma, "5:20-2")
+    assert rc == 0 and "knocked out 20->2 in layer 5" in out and err == "", (out, err)

@@ -523,6 +523,23 @@ def test_scan_reports_figure_says_the_duplicate_and_induction_means_are_over_few
         assert heading.endswith(", over 2 texts") == (name in ("duplicate", "induction")), heading
 
 
+def test_scan_reports_footer_names_the_unknown_token_limit_the_means_use(qapp, tmp_path, capsys,
+                                                                        monkeypatch):
+    """The footer's share of unknown tokens is heads.UNKNOWN_LIMIT, the one the statistics use."""
+    from attnviz.engine.analysing import heads
+
+    path = tmp_path / "c.txt"
+    path.write_text("the cat sat on the mat\nthe dog ran\n")
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
+                 "--workers", "0"]) == 0
+    monkeypatch.setattr(heads, "UNKNOWN_LIMIT", 0.35)
+    capsys.readouterr()
+    assert main(["scan-report", str(out), "--png", str(tmp_path / "m.png")]) == 0
+    footer = [line for line in capsys.readouterr().out.splitlines() if "unknown tokens" in line]
+    assert len(footer) == 1 and "with more than 35% unknown tokens" in footer[0], footer
+
+
 def test_jsonl_lines_that_are_not_texts_are_recorded_with_their_line(tmp_path, capsys):
     from attnviz.corpus import store
 

@@ -10,7 +10,7 @@ import pytest
 from attnviz.engine import load_model
 from attnviz.engine.analysing.pair_memory import load_second
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.errors import AttnvizError, ModelLoadError
+from attnviz.engine.errors import AttnvizError, BudgetTooSmall, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading import weights
 from attnviz.engine.reading.gguf_file import open_gguf
@@ -127,7 +127,7 @@ def test_a_refused_second_model_names_what_the_chosen_budget_holds_of_a(room, ma
         assert a.grams_held() == grams_bytes(a.config)
 
     def refuse(budget):
-        raise ModelLoadError("Refused")
+        raise BudgetTooSmall("Refused")  # (the budget is why: its room leads)
     budget = a.weights.layers.held_bytes() + room
     MB.set_memory_budget(budget)
     try:

@@ -237,7 +237,13 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layers_only(models
     with pytest.raises(InputError, match=r"^edge 20->2 is not one the query sees in layer 4 \(a query "
                                          r"sees keys at or before it, within 8\): nothing to knock out; "
                                          r"layer 5 sees it: 5:20-2$"):
-        A.knockout_edits(cfg, 24, [([4, 5], 20, 2)])
+        A.knockout_edits(cfg, 24, [([4], 20, 2)])
+    # asked for in layers some of which see it: narrowed to those, and said (the tab's rule too)
+    assert A.knockout_edits(cfg, 24, [([4, 5], 20, 2)]) == [Knockout(5, 20, 2)]
+    assert A.knockout_notes(cfg, 24, [([4, 5], 20, 2), ([4, 5], 20, 13)]) == [
+        "knocked out 20->2 in layer 5 only: a query in layer 4 sees keys within 8 of it"]
+    assert A.knockout_notes(cfg, 24, [(list(range(7)), 20, 2)]) == [
+        "knocked out 20->2 in layer 5 only: a query in the local layers sees keys within 8 of it"]
     with pytest.raises(InputError, match=r"^edge 20->2 is not one the query sees in layers 0-4 .*: nothing "
                                          r"to knock out; layer 5 sees it: 5:20-2$"):
         A.knockout_edits(cfg, 24, [([0, 1, 2, 3, 4], 20, 2)])

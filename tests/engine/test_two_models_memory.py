@@ -13,7 +13,7 @@ from attnviz.engine import load_model
 from attnviz.engine.analysing.pair_memory import budget_left, load_beside, load_second, move_beside
 from attnviz.engine.computing.checkpoints import load_checkpoints
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.errors import AttnvizError, ModelLoadError
+from attnviz.engine.errors import AttnvizError, BudgetTooSmall
 from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading import weights
 from attnviz.engine.reading.byte_sizes import format_bytes
@@ -109,7 +109,7 @@ def test_a_chosen_budget_counts_as_float32_unembedding_copy(tmp_path):
     assert copy > 0 and budget_left(a) == 9 * held - copy
 
     def refuse(budget):
-        raise ModelLoadError("refused")
+        raise BudgetTooSmall("refused")  # (the budget is why: its room leads)
     with pytest.raises(AttnvizError, match=re.escape(f"beside {a.name}'s float32 layers and float32 unembedding")):
         load_second(refuse, a, "B")
 
@@ -123,7 +123,7 @@ def test_the_chosen_budget_is_read_once_for_the_room_and_the_words(monkeypatch):
     monkeypatch.setattr(MB, "chosen_budget", lambda: next(reads, 5 * held))
 
     def refuse(budget):
-        raise ModelLoadError("refused")
+        raise BudgetTooSmall("refused")
     with pytest.raises(AttnvizError) as refused:
         load_second(refuse, a, "B")
     assert f"in the 1 MiB of the {format_bytes(held + (1 << 20))} memory budget left beside " in str(refused.value)

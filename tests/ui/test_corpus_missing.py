@@ -46,6 +46,10 @@ def test_a_statistic_no_text_gave_is_grey_and_named(window, qtbot, scan_dir):
     qtbot.wait(50)
     assert panel.heat_w.plot.titleLabel.text == "mean induction per head"
     assert panel.heat_note.isVisible() and panel.heat_note.text() == f"Map: no text gave a value ({no_value_word(DEFAULT_COLORMAP)})."
+    tip = panel.stat_box.toolTip()  # (never "its mean over 0 texts")
+    assert tip == ("the statistic the heatmap shows: no text gave a value (a text with more than "
+                   "20% unknown tokens gives no duplicate or induction value, and each of the 2 "
+                   "scanned has)"), tip
     assert _pixel(panel, 1, 2).name() == QColor(MISSING).name()
     panel.set_stat("previous")
     qtbot.wait(50)

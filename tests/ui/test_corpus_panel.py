@@ -260,6 +260,9 @@ def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtb
     assert "· 0 of 2 texts scanned · 2 errors. No text gave statistics: text 0: sequence of 141 " \
            "tokens is longer than this model's 64 positions" in panel.status.text(), panel.status.text()
     assert panel.heat_note.text() == "Map: no text gave a value (magenta)."  # (viridis: style.no_value_word)
+    # the statistic box's tooltip says so too, never "its mean over the 0 scanned texts"
+    assert panel.stat_box.toolTip() == ("the statistic the heatmap shows: no text gave a value "
+                                        "(no text was scanned)"), panel.stat_box.toolTip()
     # no head placed by behaviour (all six were drawn on one point) and no examples offered
     assert len(panel.scatter_w.points.points()) == 0
     assert panel.scatter_w.plot.titleLabel.text == "heads by behaviour: no text gave a value"

@@ -43,7 +43,7 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layer(qtbot, tmp_p
     assert not eff.ablation.active
     ab.knock_edit.setText("10-2")  # every layer: the global one takes it
     qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)
-    assert ab.message.text() == "knocked out in layer 2 only: a query in the local layers sees keys within 4 of it"
+    assert ab.message.text() == "knocked out 10→2 in layer 2 only: a query in the local layers sees keys within 4 of it"
     assert WARNING not in ab.message.styleSheet()  # (done, not refused: the text's own colour)
     assert eff.ablation.knockouts == (((2,), 10, 2),)
     qtbot.waitUntil(lambda: is_changed(w.state.result), timeout=WAIT)
@@ -57,7 +57,7 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layer(qtbot, tmp_p
     assert not eff.ablation.active and ab.message.text() == ""
     ab.knock_edit.setText("10-2 in 1-2")
     qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)
-    assert ab.message.text() == "knocked out in layer 2 only: a query in layer 1 sees keys within 4 of it"
+    assert ab.message.text() == "knocked out 10→2 in layer 2 only: a query in layer 1 sees keys within 4 of it"
     eff.toggle_head(0, 0)  # (the grid's menu)
     assert ab.message.text() == ""
     ab.knock_edit.setText("10-2 in 0-1")

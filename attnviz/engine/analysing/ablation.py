@@ -151,16 +151,55 @@ def unseen_edge(cfg, unseen, q: int, k: int) -> str:
             + ",".join(f"{r}:{q}-{k}" for r in spec))
 
 
+def knockout_layers(cfg, layers, q: int, k: int) -> tuple[list[int], list[int]]:
+    """The one rule for an edge q -> k asked to be knocked out in `layers` (the Ablation tab, the
+    grid's menu, --knockout): (the layers it is knocked out in: those of `layers` whose queries see
+    it, edge_seen; the others, left out). A request is narrowed to the first, said (narrowed_note)
+    where the second is not empty, and refused (unseen_edge) where the first is."""
+    seen = [i for i in layers if edge_seen(cfg, i, q, k)]
+    return seen, [i for i in layers if i not in seen]
+
+
+def local_layers_text(cfg, layers) -> str:
+    """`layers` (local ones) in words: "the local layers" where they are all of the model's,
+    else their runs ("layers 0-4, 6-10")."""
+    layers = list(layers)
+    if layers == [i for i in range(cfg.n_layer) if cfg.window(i) is not None]:
+        return "the local layers"
+    return layer_runs(layers)
+
+
+def narrowed_note(cfg, q: int, k: int, seen, unseen, arrow: str = "->") -> str:
+    """What a knockout narrowed by knockout_layers was made in, and why not in the rest: "knocked
+    out 20->2 in layer 5 only: a query in the local layers sees keys within 8 of it"."""
+    windows = sorted({cfg.window(i) for i in unseen} - {None})
+    why = f"sees keys within {' or '.join(map(str, windows))} of it" if windows else "does not see it"
+    return (f"knocked out {q}{arrow}{k} in {layer_runs(seen)} only: a query in "
+            f"{local_layers_text(cfg, unseen)} {why}")
+
+
+def knockout_notes(cfg, T: int, knockouts) -> list[str]:
+    """narrowed_note for each of [(layers, q, k)] that knockout_edits narrows, in order."""
+    notes = []
+    for layers, q, k in knockouts:
+        q, k = position_index(T, q), position_index(T, k)
+        seen, unseen = knockout_layers(cfg, layers, q, k)
+        if seen and unseen:
+            notes.append(narrowed_note(cfg, q, k, seen, unseen))
+    return notes
+
+
 def knockout_edits(cfg, T: int, knockouts) -> list[Knockout]:
-    """Knockout edits for [(layers, q, k)], each an edge the query sees in each of its layers
-    (edge_seen), and no row left without a key in any layer."""
+    """Knockout edits for [(layers, q, k)], each narrowed to the layers whose queries see its edge
+    (knockout_layers; knockout_notes says where) and refused where none does, and no row left
+    without a key in any layer."""
     edits = []
     for layers, q, k in knockouts:
         q, k = position_index(T, q), position_index(T, k)
-        unseen = [layer for layer in layers if not edge_seen(cfg, layer, q, k)]
-        if unseen:
+        seen, unseen = knockout_layers(cfg, layers, q, k)
+        if not seen:
             raise InputError(unseen_edge(cfg, unseen, q, k))
-        edits += [Knockout(layer, q, k) for layer in layers]
+        edits += [Knockout(layer, q, k) for layer in seen]
     for layer in {e.layer for e in edits}:
         left = causal_mask(T, cfg.window(layer)) if cfg.causal else np.ones((T, T), bool)
         for e in edits:

@@ -333,7 +333,7 @@ def no_head_clears(hs, role, where="this text", probe=WINDOW_PROBE, skip=()):
     s_text, _, s_side = _sides(strength, bar, ok_s)
     sc_text, need, c_side = _sides(score, chance + CHANCE_MARGIN, ok_c)
     first = f"strength {s_text}, {s_side} the threshold {bar:g}"
-    second = (f"score {sc_text}, {c_side} its chance score {chance:.{len(need) - 2}f} + "
+    second = (f"score {sc_text}, {c_side} its chance score {chance:.{_decimals(need)}f} + "
               f"{CHANCE_MARGIN:g} = {need}")
     join = ", and" if ok_s == ok_c else ", but" if ok_s else ", though"
     return (f"No head {'still on' if skip else 'of this model'} clears the {TITLES[role]} bar on "
@@ -346,6 +346,22 @@ def strength_text(role, value, digits=3) -> str:
     0.500 beside a threshold of 0.5 it misses)."""
     value = float(value)
     return f"{value:.{digits}f}" if np.isnan(value) else _sides(value, THRESHOLDS[role], value >= THRESHOLDS[role], digits)[0]
+
+
+def chance_texts(score, chance, digits=3) -> tuple[str, str]:
+    """A role score and the head's chance score as every tooltip and table prints them: `digits`
+    decimals, or more where fewer would put the printed score's lead over chance on the other side
+    of CHANCE_MARGIN (a lead of 0.09999 never reads 0.235 beside a chance of 0.135). NaN as
+    "nan" (the caller's dash)."""
+    score, chance = float(score), float(chance)
+    if np.isnan(score) or np.isnan(chance):
+        return f"{score:.{digits}f}", f"{chance:.{digits}f}"
+    s_text, need, _ = _sides(score, chance + CHANCE_MARGIN, score - chance >= CHANCE_MARGIN, digits)
+    return s_text, f"{chance:.{_decimals(need)}f}"
+
+
+def _decimals(text: str) -> int:  # "0.23500" -> 5
+    return len(text.partition(".")[2])
 
 
 def _sides(value, bar, ok, digits=3):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.errors import AttnvizError, BudgetTooSmall, InputError, ModelLoadError
 from attnviz.engine.reading import memory_budget as MB
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.validate import sentences
@@ -186,20 +186,23 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
     A `load` that gives `a` itself, or a model in `shared` (one the caller holds anyway: the
     window's folder model, the last checkpoint), gives it as it is: no budget changed, nothing
     opened beside. Any refusal (the file does not open, the budget holds none of B's layers)
-    comes back as one line, two sentences: what could not be loaded (`what` B is and, under a chosen
-    budget, the room it had) and why, in the refusal's own words. `what` "": the caller names B in
-    its own lead ("Could not compare with …"), so the refusal says only the room and why."""
+    comes back as one line, two sentences: what could not be loaded (`what` B is and, where the
+    chosen budget is why, the room it had) and why, in the refusal's own words. `what` "": the
+    caller names B in its own lead ("Could not compare with …"), so the refusal says only the room
+    (where the budget is why) and why."""
     chosen = MB.chosen_budget()  # read once: the room and the refusal's words name one budget
     left, held = _room(a, chosen)
     if left is not None and left <= 0:
         raise InputError(sentences(f"Could not load {what}" if what else "", f"the memory budget of "
                                    f"{format_bytes(chosen)} is all held by {held}; give a larger "
                                    "--memory-budget for two models"))
+    fitting = False  # whether a refusal is B's layers set to the room left (the budget's)
     try:
         b = load(left)
         if b is a or any(b is m for m in shared):  # (nothing more loaded: each budget as it was)
             return Second(b, False)
         if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
+            fitting = True
             b.set_memory_budget(left)
         else:
             b.leave_room(a.grams_to_make())
@@ -207,9 +210,11 @@ def load_beside(load: Callable[[int | None], object], a, what: str, shared: tupl
         b.open_beside(a)
         return Second(b, True, None if left is None else chosen - left, chosen)
     except AttnvizError as exc:
-        # (the room rounds down, as B's own refusal writes the budget it got)
-        room = "" if left is None else (f"{format_bytes(left, 'down')} of the {format_bytes(chosen)} "
-                                        f"memory budget left beside {held}")
+        # (the room rounds down, as B's own refusal writes the budget it got); it leads only a
+        # refusal the budget caused, never a file that does not open or a mismatch
+        by_budget = fitting or isinstance(exc, BudgetTooSmall)
+        room = "" if left is None or not by_budget else (
+            f"{format_bytes(left, 'down')} of the {format_bytes(chosen)} memory budget left beside {held}")
         if what:
             lead = f"Could not load {what}" + (f" in the {room}" if room else "")
         else:

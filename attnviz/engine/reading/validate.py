@@ -181,13 +181,14 @@ def sentences(lead: str, why: str) -> str:
     first = why.split(maxsplit=1)[0].rstrip(",:;…") if why else ""  # ("text.json" is a name)
     if first in SENTENCE_STARTS:
         why = why[0].upper() + why[1:]
-    return " ".join(_full_stop(part) for part in (lead, why) if part)
+    return " ".join(full_stop(part) for part in (lead, why) if part)
 
 
-def _full_stop(text: str) -> str:
+def full_stop(text: str) -> str:
     """`text` ending as a sentence: a period added where it does not already end in one, '?', '!'
-    or '…'; nothing is taken off (a final '.' may be a path, "attnviz --model .")."""
-    text = text.rstrip()
+    or '…'; nothing is taken off (a final '.' may be a path, "attnviz --model .", or a folder
+    "runs."). The window's one-sentence messages (ui/views/notices.sentence) too."""
+    text = str(text).rstrip()
     return text if text.endswith((".", "?", "!", "…")) else text + "."
 
 

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import plural, tokens
-from attnviz.engine.analysing.ablation import MODES, edge_seen, layer_runs, layer_span
+from attnviz.engine.analysing.ablation import MODES, knockout_layers, layer_span, narrowed_note
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text
 from attnviz.engine.errors import InputError
@@ -242,8 +242,8 @@ class AblationPanel(QWidget):
         if not (0 <= q < T and 0 <= k < T):
             self._say(f"the edge {q}→{k} is outside this text's {tokens(T)} (0..{T - 1})")
             return
-        seen = seen_span(cfg, span, q, k)
-        unseen = [i for i in span if i not in seen]
+        seen, unseen = knockout_layers(cfg, span, q, k)  # (the engine's rule, as --knockout's)
+        seen = tuple(seen)
         if not seen:
             where = "" if len(span) == st.n_layer else f"'s {layers_text(span)}"
             self._say(f"the edge {q}→{k} is not one a query sees in {st.model.name}{where} "
@@ -255,8 +255,7 @@ class AblationPanel(QWidget):
                                  "to restore it, select it above and press Switch back on")
             return
         ab = ab.with_knockout(seen, q, k)
-        self._say(f"knocked out in {layers_text(seen)} only: a query in {local_text(cfg, unseen)} "
-                  f"sees keys within {cfg.sliding_window} of it" if unseen else "", False, ab)
+        self._say(narrowed_note(cfg, q, k, seen, unseen, "→") if unseen else "", False, ab)
         self.effects.set_ablation(ab)
         self.knock_edit.clear()
 
@@ -336,21 +335,6 @@ def _within(cfg, layers) -> str:
     return "" if window is None else f", within {window}" + (" in local layers" if None in windows else "")
 
 
-def local_text(cfg, layers) -> str:
-    """`layers` (local ones) in words: "the local layers" where they are all of the model's,
-    else their runs ("layers 0-4, 6-10")."""
-    layers = list(layers)
-    if layers == [i for i in range(cfg.n_layer) if cfg.window(i) is not None]:
-        return "the local layers"
-    return layer_runs(layers)
-
-
-def seen_span(cfg, layers, q: int, k: int) -> tuple[int, ...]:
-    """Those of `layers` whose queries see the edge q -> k (all but the local layers it lies
-    beyond, in a model with a sliding window in some layers)."""
-    return tuple(i for i in layers if edge_seen(cfg, i, q, k))
-
-
 def knocked_out(ab, q: int, k: int) -> set[int]:
     """The layers in which the edge q -> k is knocked out under `ab` (any of its entries)."""
     return {i for layers, q2, k2 in ab.knockouts if (q2, k2) == (q, k) for i in layers}
@@ -380,7 +364,7 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
                            + (", every head switched off follows" if ab.heads and mode != ab.mode
                               else "") + ")").triggered.connect(off)
     r = state.result
-    seen = (seen_span(state.model.config, range(state.n_layer), q, k)
+    seen = (tuple(knockout_layers(state.model.config, range(state.n_layer), q, k)[0])
             if r is not None and state.model is not None and 0 <= q < r.n_tokens and 0 <= k < r.n_tokens
             else ())
     if seen:

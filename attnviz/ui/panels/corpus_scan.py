@@ -41,12 +41,20 @@ class ScanView:
     stat_notes: dict = field(default_factory=dict)
 
     def stat_tip(self, name: str) -> str:
-        """What statistic `name`'s means are over, for the statistic box's tooltip."""
+        """What statistic `name`'s means are over, for the statistic box's tooltip; where no text
+        gave it a value, that, and why."""
         note = self.stat_notes.get(name)
+        unknown = (f"a text with more than {UNKNOWN_LIMIT:.0%} unknown tokens gives no duplicate or "
+                   "induction value")
+        if not np.isfinite(self.means[name]).any():
+            n = self.n_scanned
+            every = "the one scanned text has" if n == 1 else f"each of the {n:,} scanned has"
+            why = ("no text was scanned" if n == 0 else f"{unknown}, and {every}" if note is not None
+                   else "")
+            return "no text gave a value" + (f" ({why})" if why else "")
         if note is None:
             return f"its mean over the {plural(self.n_scanned, 'scanned text')}"
-        return (f"its mean {note} of the {self.n_scanned:,} scanned: a text with more than "
-                f"{UNKNOWN_LIMIT:.0%} unknown tokens gives no duplicate or induction value")
+        return f"its mean {note} of the {self.n_scanned:,} scanned: {unknown}"
 
     def summary(self) -> str:
         """The texts that gave statistics of all the corpus'."""

@@ -234,11 +234,12 @@ class RolesOverview(QWidget):
         lines = [f"{head_title(l, h)}: {hs.labels[l][h]}"]
         for name in H.SCORE_NAMES:
             v = float(hs.scores[name][l, h]) + 0.0  # (-0.0, an entropy of one-hot rows, reads 0.000)
-            text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
+            c = float(hs.chance[name][l, h]) if name in hs.chance else np.nan
+            v_text, c_text = H.chance_texts(v, c)  # (the score's lead over chance on its true side)
+            text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else v_text}"
             if name in hs.chance:
-                c = float(hs.chance[name][l, h])
                 v = float(hs.strength[name][l, h])
-                text += f"  (chance {'—' if np.isnan(c) else f'{c:.3f}'}, strength {'—' if np.isnan(v) else H.strength_text(name, v)})"
+                text += f"  (chance {'—' if np.isnan(c) else c_text}, strength {'—' if np.isnan(v) else H.strength_text(name, v)})"
             lines.append(text)
         built = self._built(l, h)
         if built:
@@ -409,10 +410,13 @@ def _header_tooltip(column: str) -> str:
 
 def _score_tooltip(hs, name: str, l: int, h: int) -> str:
     """A Scores cell's tooltip: the head, the score's full name and its value to 3 decimals, and a
-    role score's chance (the score if the head spread its attention evenly)."""
+    role score's chance (the score if the head spread its attention evenly), both with more where
+    3 would put the score's lead over chance on the wrong side of its margin (heads.chance_texts)."""
     v = float(hs.scores[name][l, h]) + 0.0  # (-0.0 reads 0.000)
-    text = f"{head_title(l, h)}, {H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
+    c = float(hs.chance[name][l, h]) if name in hs.chance else np.nan
+    v_text, c_text = H.chance_texts(v, c)  # (the score's lead over chance on its true side)
+    text = f"{head_title(l, h)}, {H.TITLES[name]}: {'—' if np.isnan(v) else v_text}"
     if name in hs.chance:
-        text += (f"\nchance {float(hs.chance[name][l, h]):.3f}: the score if this head spread its "
+        text += (f"\nchance {'—' if np.isnan(c) else c_text}: the score if this head spread its "
                  "attention evenly")
     return text

@@ -144,10 +144,22 @@ def by_name_once_moved(view: dict) -> dict:
 
 def apply_moved(w, view: dict, path: str) -> None:
     """Apply `view` in `w`; one reopened by its name (its model_path gone) says so in the banner,
-    since a model of the same name may be another model (the base of a fine-tuned copy)."""
-    w.apply_view(view, path)
+    since a model of the same name may be another model (the base of a fine-tuned copy); so does
+    one saved without a model_path (an older sidecar) shown on a model opened by path."""
+    shown = w.apply_view(view, path)
     if view.get(MOVED_FROM):
         said = w.notices.banner.text() if w.notices.banner.isVisible() else ""
         moved = (f"{view[MOVED_FROM]} is not on this computer; opened {view['model']} by its "
                  "name instead")
         w.show_error(" ".join([sentence(moved), *filter(None, [said])]))
+    elif shown and by_name_only(view, w.state):
+        w.show_error(f"The view was saved without its model's path and was matched by the name "
+                     f"{view['model']}: the model shown is {w.state.model_path}, which may be "
+                     "another file than the one it was saved from")
+
+
+def by_name_only(view: dict, state) -> bool:
+    """Whether `view` (one without model_path) was matched to a model opened by path by its name
+    alone, not by the source it was opened from."""
+    return (not view.get("model_path") and bool(view.get("model")) and state.model_path is not None
+            and view["model"] != state.model_source)

@@ -9,14 +9,14 @@ from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.validate import full_stop
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
 from attnviz.ui.views.fields import plain_label
 
 def sentence(text: str) -> str:
-    """A message as one sentence: whatever it ends with, exactly one final period ('?' and '!'
-    stay), so messages joined from parts never read '..'."""
-    text = str(text).rstrip().rstrip(".").rstrip()
-    return text if text.endswith(("?", "!")) else text + "."
+    """A message as one sentence: a final period added where it ends in no '.', '?', '!' or '…';
+    no dot is taken off, since it may end a path or a name (a folder "runs.", a model "v1.")."""
+    return full_stop(text)
 
 
 def status_line(bar: QStatusBar, message: str) -> str:
