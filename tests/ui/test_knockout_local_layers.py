@@ -39,7 +39,7 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layer(qtbot, tmp_p
     ab.knock_edit.setText("10-2 in 0-1")
     qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)
     assert ab.message.text() == (f"the edge 10→2 is not one a query sees in {w.state.model.name}'s "
-                                 "layers 0-1 (keys at or before the query, within 4)")
+                                 "layers 0-1 (keys at or before the query, within 4); layer 2 sees it: type 10-2 alone to knock it out where a query sees it")
     assert not eff.ablation.active
     ab.knock_edit.setText("10-2")  # every layer: the global one takes it
     qtbot.keyClick(ab.knock_edit, Qt.Key.Key_Return)

@@ -17,7 +17,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import plural, tokens
-from attnviz.engine.analysing.ablation import MODES, knockout_layers, layer_span, narrowed_note
+from attnviz.engine.analysing.ablation import (
+    MODES, knockout_layers, layer_runs, layer_span, narrowed_note)
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.analysing.samples import sample_for_text
 from attnviz.engine.errors import InputError
@@ -246,8 +247,11 @@ class AblationPanel(QWidget):
         seen = tuple(seen)
         if not seen:
             where = "" if len(span) == st.n_layer else f"'s {layers_text(span)}"
+            seeing = knockout_layers(cfg, range(st.n_layer), q, k)[0]  # (as --knockout's refusal)
+            hint = (f"; {layer_runs(seeing)} {'sees' if len(seeing) == 1 else 'see'} it: type "
+                    f"{q}-{k} alone to knock it out where a query sees it") if seeing else ""
             self._say(f"the edge {q}→{k} is not one a query sees in {st.model.name}{where} "
-                                 f"(keys at or before the query{_within(cfg, span)})")
+                      f"(keys at or before the query{_within(cfg, span)}){hint}")
             return
         ab = self.effects.ablation
         if set(seen) <= knocked_out(ab, q, k):  # (with_knockout would take it back out)
