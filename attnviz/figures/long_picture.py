@@ -23,7 +23,7 @@ from attnviz.figures.data import write_atomic
 from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops
 from attnviz.figures.render import TEXT, encode_png, figure_font, render_with
-from attnviz.figures.style import FOCUS, heat_table, no_value_colour, no_value_word
+from attnviz.figures.style import FOCUS, heat_table, no_value_colour, no_value_legend
 
 TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per cell, at least one)
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
@@ -33,7 +33,7 @@ OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.appl
 
 def hidden_words(name: str) -> str:
     """The legend's words for the no-value colour under colormap `name`."""
-    return f"{no_value_word(name)}: no value (the hidden first key, or a row with no weight left)"
+    return no_value_legend(name)
 
 
 def colour_table(name: str) -> list[int]:

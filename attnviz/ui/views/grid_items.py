@@ -26,6 +26,7 @@ from attnviz.figures.roles import SHORT_PROBE_NOTE, short_badge
 from attnviz.figures.style import BACKGROUND, TEXT, group_color, no_value_colour
 from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.mosaic import tile_index
+from attnviz.ui.views.no_value_note import NoValueNote
 
 HIGHLIGHT = QColor("#ffd400")  # outlined heads, the explained cell (not the focus colour)
 NO_MODEL = "No model is loaded: pick one in the Models menu, or File \u25b8 Open model\u2026"
@@ -379,15 +380,30 @@ class NoValueUnder(MosaicImage):
     """The no-value colour (style.no_value_colour) under a picture whose cells with no value are
     transparent (the grid's gap entry, the focus view's NaN): an image of the picture's size and
     rect, so Qt rounds and samples it as it does the picture, opaque where a head is (`place`: 1)
-    and transparent between heads, where the background shows."""
+    and transparent between heads, where the background shows. The line under the view's
+    graphics `view` names the colour while a cell shows it (no_value_note.NoValueNote)."""
 
-    def __init__(self, plot):
+    def __init__(self, plot, view: QWidget):
         super().__init__(axisOrder="row-major")
         self.setZValue(-0.5)  # over the KV-group bands, under the picture
         self._mask = np.ones((1, 1), np.uint8)
         self._table = np.zeros((256, 4), np.uint8)
         self._name = ""
         plot.addItem(self)
+        self.note = NoValueNote()
+        frame = view.parentWidget().layout()  # (under the view, the colour bar at its right)
+        frame.insertWidget(frame.indexOf(view) + 1, self.note)
+
+    def show_for(self, name: str, first_key: bool, rows: bool, hide_first: bool) -> None:
+        """Shown under colormap `name`, the line under the view naming the colour where it is
+        painted: the hidden first key's column (`first_key`), rows with no weight left (`rows`)."""
+        self.set_colormap(name)
+        self.show()
+        self.note.say(name, first_key, rows, hide_first)
+
+    def hide(self) -> None:  # (the line naming the colour with it)
+        super().hide()
+        self.note.hide()
 
     def place(self, mask: np.ndarray, rect: QRectF | None = None) -> None:
         """[h, w] uint8, 1 where a head is, 0 between heads; `rect`: the picture's rect."""
