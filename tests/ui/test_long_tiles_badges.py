@@ -1,5 +1,5 @@
 """The long view's tiles carry each head's role badge in their titles, as the grid's tiles do (the
-same title and shorter forms: grid_items.title_forms), a probe's badge saying "(probe)" or, in a
+same title and shorter forms: figures/titles.title_forms), a probe's badge saying "(probe)" or, in a
 narrow tile, "(p)". (The tiles were titled "L1 H0" alone while the Overview labelled the heads.)"""
 
 import re

@@ -26,13 +26,14 @@ from attnviz.figures.style import (
 )
 from attnviz.figures.view import window_edge
 from attnviz.figures.roles import SHORT_PROBE_NOTE
+from attnviz.figures.titles import title_form, title_forms
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import PressWatch, painted_point
 from attnviz.ui.views.grid_items import (
-    HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands,
-    place_titles, title_form, title_forms, update_bar,
+    HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands, place_titles,
+    update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background

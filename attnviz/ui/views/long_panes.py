@@ -16,7 +16,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
-from attnviz.ui.views.grid_items import cut_title, title_form, title_forms
+from attnviz.figures.titles import cut_title, title_form, title_forms
 from attnviz.ui.views.mosaic import UNDEFINED
 from attnviz.ui.views.painted import painted_index
 
@@ -361,7 +361,7 @@ class HeadTiles(_PatternArea):
         return model.config.layer_kind(layer) if model is not None and layer < model.config.n_layer else None
 
     def titles(self, layer: int) -> list[str]:
-        """Each tile's title as the grid's tiles write it (grid_items.title_forms: the layer kind,
+        """Each tile's title as the grid's tiles write it (figures/titles.title_forms: the layer kind,
         the role badge), the row in the first form whose titles all fit a tile, cut where none
         does."""
         fm, kind = QFontMetricsF(self._font), self._kind(layer)
