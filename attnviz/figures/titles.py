@@ -1,8 +1,8 @@
 """A head's tile title and its shorter forms, the same in the window's tiles (the grid's, the long
 view's) and in the pictures exported of them: `L18 H6 · local  induction (probe)`, without the layer
 every title shares (`H6 · local  induction (probe)`), with its role badge abbreviated (`H6 · local
-ind (p)`: figures/roles.short_badge); the form a row takes (title_form) and a title cut to a
-width (cut_title)."""
+ind (p)`: figures/roles.short_badge); the form a row takes (title_form), a title cut to a
+width (cut_title) and what short titles abbreviate (abbreviations)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetricsF
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.roles import SHORT_PROBE_NOTE, short_badge
+from attnviz.figures.roles import BADGE_SHORT, PROBE_NOTE, SHORT_PROBE_NOTE, short_badge
 
 
 def title_forms(layer: int, head: int, badge: str = "", marks: str = "", side: str = "") -> tuple[str, str, str]:
@@ -44,3 +44,15 @@ def cut_title(fm: QFontMetricsF, text: str, width: float, keep: str = SHORT_PROB
         return cut + keep
     # (a role without its probe note would read as the typed text's: the name alone, cut)
     return name + "…" if fm.horizontalAdvance(name + "…") <= width else fm.elidedText(name, elide, width)
+
+
+def abbreviations(badges) -> str:
+    """What the short forms of role badges `badges` abbreviate, as the Head roles legend says it:
+    "ind = induction, mix = mixed, (p) = from the probe"; "" where none is abbreviated."""
+    terms, probe = {}, False
+    for badge in badges:
+        probe = probe or badge.endswith(PROBE_NOTE)
+        role = badge[:-len(PROBE_NOTE)] if badge.endswith(PROBE_NOTE) else badge
+        if role and BADGE_SHORT.get(role, role) != role:
+            terms[role] = f"{BADGE_SHORT[role]} = {role}"
+    return ", ".join([*terms.values()] + ([f"{SHORT_PROBE_NOTE.strip()} = from the probe"] if probe else []))
