@@ -59,6 +59,13 @@ def test_the_grid_and_the_focus_view_name_the_no_value_colour_they_paint(qtbot, 
                            "key, or a row with no weight left)"]
         assert [_shown(n, words) for n in notes] == [said, said]
         assert _below(notes[0], g.gw) and _below(notes[1], f.gw)
+    st.set_focus(None)  # an empty focus view: no line; its head again: the line again
+    qtbot.waitUntil(lambda: f.picture is None, timeout=WAIT)
+    assert _shown(notes[1], words) == ([], None)
+    st.set_focus(0, 1)
+    qtbot.waitUntil(lambda: f.picture is not None, timeout=WAIT)
+    drain_events()
+    assert _shown(notes[1], words) == said
     st.set_hide_first(False)
     qtbot.waitUntil(lambda: not st.shown().hide_first and g.drawn is st.result, timeout=WAIT)
     qtbot.waitUntil(lambda: not np.isnan(f.picture.values).any(), timeout=WAIT)

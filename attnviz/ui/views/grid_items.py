@@ -369,7 +369,7 @@ class NoValueUnder(MosaicImage):
 
     def hide(self) -> None:  # (the line naming the colour with it)
         super().hide()
-        self.note.hide()
+        self.note.clear()
 
     def place(self, mask: np.ndarray, rect: QRectF | None = None) -> None:
         """[h, w] uint8, 1 where a head is, 0 between heads; `rect`: the picture's rect."""

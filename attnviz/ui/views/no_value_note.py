@@ -44,9 +44,10 @@ class NoValueNote(QWidget):
         self.setVisible(room or bool(self.full))
         self.update()
 
-    def shown_text(self) -> str:
-        """The words as shown ("" while hidden or empty)."""
-        return self.full if self.isVisible() else ""
+    def clear(self) -> None:
+        """Hidden, its room too, until a view says again what it paints (the view is empty)."""
+        self._said = None
+        self.hide()
 
     def swatch_rect(self) -> QRect:
         """Where the swatch is painted (empty while no words are)."""
