@@ -117,6 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="switch off the N strongest induction heads first (induction and toy "
                          "scenes; any panel but patching)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
+    ap.add_argument("--hide-first", action="store_true", help="turn Hide first token on")
     ap.add_argument("--compare-type", default="Q4_0", help="--panel compare: B is A quantized to this")
     ap.add_argument("--roles-source", choices=("text", "probe", "agreement", "coreference"), default="text",
                     help="--panel roles: what the heads are scored on")
@@ -236,6 +237,8 @@ def main() -> int:
         layer, head = (int(i) for i in divmod(int(weights.argmax()), weights.shape[1]))
         what = f"are → keys {weights[layer, head]:.2f}"
     st.set_view_mode(args.view)
+    if args.hide_first:
+        st.set_hide_first(True)
     st.set_layer(layer)
     st.set_focus(layer, head)
     st.set_query(q)

@@ -51,14 +51,15 @@ class ExportError(AttnvizError):
 def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
               colormap: str = DEFAULT_COLORMAP, scale_mode: str = DEFAULT_SCALE,
               hide_first: bool = False, checkpoint: dict | None = None,
-              value_weighted: bool = False, ablation=None) -> ExportView:
+              value_weighted: bool = False, ablation=None, badges=None) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
     model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
     of}: engine.computing.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
     What is shown (value weighting, the hidden first key, the colour levels) is figures/view.Shown,
     the window's own: `value_weighted` needs a result run with values=True. `ablation` (an
     engine.analysing.effects.Ablation): what was switched off in the run `result` is of, recorded
-    and named in the title and headers."""
+    and named in the title and headers. `badges` ([n_layer][n_head]): the role badges the grid's
+    titles show, the figure's panels' titles too."""
     if result is None:
         raise ExportError(NOTHING_YET)
     att = result.attentions  # [n_layer, n_head, T, T]
@@ -94,7 +95,8 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         levels=shown.levels(scale_mode, layers, heads),
         checkpoint=dict(checkpoint) if checkpoint else None, value_weighted=bool(value_weighted),
         ablation=ablation.to_json() if ablation is not None else None,
-        changed=ablation.describe() if ablation is not None else "")
+        changed=ablation.describe() if ablation is not None else "",
+        badges=tuple(tuple(str(b) for b in row) for row in badges or ()))
 
 
 def format_of(path: str | os.PathLike) -> str:

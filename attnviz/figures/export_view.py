@@ -37,6 +37,12 @@ class ExportView:
     value_weighted: bool = False  # patterns are a_qk * ||v_k W_O(h)||, rows renormalised (Kobayashi et al.)
     ablation: dict | None = None  # what was switched off in the run exported (Ablation.to_json); None: clean
     changed: str = ""  # the same in words ("zero-ablated L3 H1"): the title and the CSV header say it
+    badges: tuple = ()  # [n_layer][n_head] the role badges the grid's titles show ("": none)
+
+    def badge(self, layer: int, head: int) -> str:
+        """A head's role badge as the grid's title shows it ("" where none)."""
+        row = self.badges[layer] if 0 <= layer < len(self.badges) else ()
+        return row[head] if 0 <= head < len(row) else ""
 
     def blank(self) -> np.ndarray:
         """[n_layers, n_heads, T] bool: the rows left with no weight once the first key is hidden

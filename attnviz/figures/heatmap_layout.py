@@ -20,6 +20,7 @@ from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import MUTED, TEXT, figure_font
 from attnviz.figures.style import axis_label, no_value_word
 from attnviz.figures.text_wrap import wrap
+from attnviz.figures.titles import abbreviations, title_forms
 from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -36,6 +37,7 @@ class PanelBox:
     cell: float  # side of one cell in pixels
     n_q: int
     n_k: int
+    title: str = ""  # as painted above it (layout: panel_titles)
 
     @property
     def rect(self) -> QRectF:
@@ -78,6 +80,7 @@ def elide(text: str, font: QFont, width: float) -> str:
 
 
 def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
+    """A panel's title without its role badge: `L3 H1 · kv0  max 0.87`."""
     title = head_title(layer, head)
     if view.grouped:
         title += f" \u00b7 kv{view.kv_group[head]}"
@@ -87,7 +90,40 @@ def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
     return title
 
 
-def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, QFont, QColor]]:
+def panel_forms(view: ExportView, layer: int, head: int, with_max: bool) -> tuple[str, ...]:
+    """A panel's title and its shorter forms, as the grid's tiles write theirs (figures/titles.
+    title_forms): its KV group and max before the role badge; without the layer only where the
+    figure's title names it (a figure of every layer keeps each title's: `L3 H1 ind`)."""
+    marks = panel_title(view, layer, head, with_max)[len(head_title(layer, head)):]
+    forms = title_forms(layer, head, view.badge(layer, head), marks)
+    return forms if view.scope != "all" else (forms[0], f"L{layer} {forms[2]}")
+
+
+def panel_titles(view: ExportView, panels: list[PanelBox], font: QFont, s: float) -> str:
+    """Each panel's title (its `title`), cut with "…" where wider than the panel: with its max
+    (per-head scale) where that fits; with role badges, every title in the first of these that
+    fits each panel, so they read alike: with the maxes then without, each whole then shorter
+    (panel_forms) -> what the titles abbreviate ("" where they abbreviate nothing)."""
+    fm, width = QFontMetricsF(font), panels[0].cell * panels[0].n_k
+    per_head = view.scale_mode == "per-head"
+    if not any(view.badge(b.layer, b.head) for b in panels):
+        for b in panels:
+            title = panel_title(view, b.layer, b.head, per_head)
+            if fm.horizontalAdvance(title) > width:
+                title = panel_title(view, b.layer, b.head, False)
+            b.title = elide(title, font, width + 4 * s)
+        return ""
+    tries = [(m, i) for m in dict.fromkeys((per_head, False)) for i in range(3)]
+    forms = {m: [panel_forms(view, b.layer, b.head, m) for b in panels] for m, _ in tries}
+    fits = [all(fm.horizontalAdvance(f[min(i, len(f) - 1)]) <= width for f in forms[m]) for m, i in tries]
+    m, i = tries[fits.index(True) if True in fits else -1]
+    for b, f in zip(panels, forms[m]):
+        b.title = elide(f[min(i, len(f) - 1)], font, width + 4 * s)
+    shortest = i >= len(forms[m][0]) - 1  # (its badges abbreviated)
+    return abbreviations(view.badge(b.layer, b.head) for b in panels) if shortest else ""
+
+
+def header_lines(view: ExportView, s: float, inner_w: float, short: str = "") -> list[tuple[str, QFont, QColor]]:
     title_font, sub_font = figure_font(24 * s, bold=True), figure_font(14 * s)
     lines = [(elide(view.title(), title_font, inner_w), title_font, TEXT)]
     text = f"\u201c{view.text}\u201d" if view.text else "(token ids, no text)"
@@ -105,6 +141,8 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
         g = view.kv_group[view.head]
         shared = [h for h, k in enumerate(view.kv_group) if k == g]
         notes.append(f"KV head {g} shared by H{shared[0]}\u2013H{shared[-1]}")
+    if short:  # (what the panels' titles abbreviate: panel_titles)
+        notes.append(f"titles: {short}")
     lines += [(line, sub_font, MUTED) for line in wrap(notes, sub_font, inner_w)[0]]
     return lines
 
@@ -250,8 +288,6 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     grouped = view.grouped and n_panels > 1
     n_rows, n_cols = _grid(view)
     inner_w = width - 2 * m
-    lines = header_lines(view, s, inner_w)
-    header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
 
     tick_font = figure_font(13 * s)
     tick_w = max((QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view)), default=0.0)
@@ -267,6 +303,9 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     cell, label_px, stride, q_gutter, k_gutter = _cells_and_labels(view, frame)
     panel_font, title_h = _panel_font(view, frame, cell)
     strip_h = round(4 * s) if grouped else 0
+    lines = header_lines(view, s, inner_w, panel_titles(view, _panels(view, (0, 0), cell, 0, 0, (0, 0), n_cols),
+                                                         panel_font, s))
+    header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
 
     # leftover width (integer cells) goes to both sides so the figure stays centred
     gap_x = frame.gap_x
@@ -275,6 +314,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     y0 = m + header_h
     row_h = title_h + strip_h + cell * n_q
     panels = _panels(view, (x0, y0), cell, title_h, strip_h, (gap_x, gap_y), n_cols)
+    panel_titles(view, panels, panel_font, s)
     grid_bottom = y0 + n_rows * row_h + (n_rows - 1) * gap_y
     height = math.ceil(grid_bottom + k_gutter + frame.axis_title + m)
     top = panels[0].y

@@ -17,7 +17,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 from attnviz.engine.computing.patterns import max_pool, pooled_undefined
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.heatmap_layout import (
-    FigureLayout, PanelBox, bar_label_spots, elide, layout, panel_title,
+    FigureLayout, PanelBox, bar_label_spots, elide, layout,
 )
 from attnviz.figures.render import (
     FRAME, MUTED, TEXT, encode_png, figure_image, render_svg, render_with,
@@ -60,7 +60,6 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
     grouped = lay.strip_h > 0
     if grouped:
         _paint_groups(painter, view, lay)
-    with_max = view.scale_mode == "per-head"
     for box in lay.panels:
         i, j = idx_of[(box.layer, box.head)]
         rect = box.rect
@@ -94,14 +93,10 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
         # head title (with its KV-group strip under GQA)
         painter.setFont(lay.panel_font)
         painter.setPen(TEXT)
-        title = panel_title(view, box.layer, box.head, with_max)
         tw = rect.width()
-        if QFontMetricsF(lay.panel_font).horizontalAdvance(title) > tw:
-            title = panel_title(view, box.layer, box.head, False)
-        title = elide(title, lay.panel_font, tw + 4 * s)
         top = box.y - lay.strip_h - lay.title_h
         painter.drawText(QRectF(box.x - 2 * s, top, tw + 4 * s, lay.title_h),
-                         Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter, title)
+                         Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter, box.title)
         if grouped:
             color = QColor(group_color(view.kv_group[box.head]))
             painter.fillRect(QRectF(box.x, box.y - lay.strip_h - s, tw, lay.strip_h), color)

@@ -1,9 +1,10 @@
 """The long view as a picture: what File ▸ Export gives for a long text (ui/views/long_view.py's
 Export picture…), whose patterns are never held whole. It draws the overviews on screen, no other
-numbers: every head of the layer as a tile and the focused head large, each cell coloured through
-the same table at the same levels as the window paints it (overview.shown_index: the tiles at the
-view's scale mode, the large head at its own top), and says which scales those are under the
-picture, with their tops, and in its title the display options applied (first key hidden,
+numbers: every head of the layer as a tile, titled as the view's tiles (figures/titles.py: the
+role badges, abbreviated as on screen where a tile is narrow, the legend then naming them), and
+the focused head large, each cell coloured through the same table at the same levels as the
+window paints it (overview.shown_index: the tiles at the view's scale mode, the large head at its
+own top), and says which scales those are under the picture, with their tops, and in its title the display options applied (first key hidden,
 value-weighted), as the view's line says them. Each cell is a square of whole pixels, so a cell's
 colour is the screen's (a hidden first key's and an undefined row's in the no-value colour,
 style.no_value_colour, as on screen, which the legend names under Hide first token)."""
@@ -15,7 +16,7 @@ import os
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
+from PySide6.QtGui import QColor, QFontMetrics, QFontMetricsF, QImage, QPainter
 
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.computing.patterns import head_title
@@ -23,7 +24,8 @@ from attnviz.figures.data import write_atomic
 from attnviz.figures.numbers import plain_number
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops
 from attnviz.figures.render import TEXT, encode_png, figure_font, render_with
-from attnviz.figures.style import FOCUS, heat_table, no_value_colour, no_value_word
+from attnviz.figures.style import FOCUS, heat_table, no_value_colour, no_value_legend
+from attnviz.figures.titles import abbreviations, cut_title, title_form, title_forms
 
 TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per cell, at least one)
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
@@ -33,7 +35,7 @@ OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.appl
 
 def hidden_words(name: str) -> str:
     """The legend's words for the no-value colour under colormap `name`."""
-    return f"{no_value_word(name)}: no value (the hidden first key, or a row with no weight left)"
+    return no_value_legend(name)
 
 
 def colour_table(name: str) -> list[int]:
@@ -80,6 +82,14 @@ class LongPicture:
     colormap: str
     scale_mode: str  # the tiles' scale: "shared" (one top over the tiles) or "per-head"
     log: bool
+    badges: tuple = ()  # each head's role badge as the view's tiles show it ("": none)
+    marks: str = ""  # what the tiles' titles say of the layer (" · local")
+
+    def tile_title_forms(self) -> list[tuple[str, ...]]:  # in tiles.heads order
+        """Each tile's title and its shorter forms, as the view's tiles write them
+        (figures/titles.title_forms)."""
+        return [title_forms(self.layer, h, self.badges[h] if h < len(self.badges) else "", self.marks)
+                for h in self.tiles.heads]
 
     def title(self) -> str:
         r0, r1, c0, c1 = self.pane.region
@@ -109,6 +119,8 @@ class Layout:
     height: int
     tile_rects: list  # [n_heads] QRect of each tile's cells, in tiles.heads order
     pane_rect: QRect
+    titles: list  # [n_heads] each tile's title as painted (tile_titles)
+    lines: list  # the legend: LongPicture.scales, then what the titles abbreviate, where they do
 
 
 def _scale(values, target: int) -> int:  # whole pixels per cell
@@ -131,10 +143,12 @@ def layout(pic: LongPicture, _width: int = 0) -> Layout:
     left = MARGIN + cols * (tw + GAP) + GAP
     pane = QRect(left, top + HEAD_PX, pw, ph)
     bottom = max(top + rows * (th + HEAD_PX + GAP), pane.bottom() + 1 + GAP)
+    titles, short = tile_titles(pic, tw)
+    lines = pic.scales() + ([f"titles: {short}"] if short else [])
     words = [QFontMetrics(figure_font(13, bold=True)).horizontalAdvance(pic.title())]
-    words += [QFontMetrics(figure_font(11)).horizontalAdvance(line) for line in pic.scales()]
+    words += [QFontMetrics(figure_font(11)).horizontalAdvance(line) for line in lines]
     width = max(left + pw, MARGIN + max(words) + 4) + MARGIN  # (the title and the legend whole)
-    return Layout(width, bottom + len(pic.scales()) * LINE_PX + MARGIN, rects, pane)
+    return Layout(width, bottom + len(lines) * LINE_PX + MARGIN, rects, pane, titles, lines)
 
 
 def _image(idx, table) -> QImage:  # [H, W] uint8 -> an indexed QImage that owns its pixels
@@ -142,6 +156,18 @@ def _image(idx, table) -> QImage:  # [H, W] uint8 -> an indexed QImage that owns
     img = QImage(idx.tobytes(), w, h, w, QImage.Format.Format_Indexed8)
     img.setColorTable(table)
     return img.copy()
+
+
+def tile_titles(pic: LongPicture, width: int) -> tuple[list[str], str]:
+    """Each tile's title as the view's tiles pick it for tiles `width` pixels wide: the row in the
+    first form whose titles all fit up to the next tile (a gap short of its title), cut with "…"
+    where none does; and what those titles abbreviate ("" where nothing)."""
+    fm = QFontMetricsF(figure_font(11))
+    room = width + GAP - 2
+    forms = pic.tile_title_forms()
+    i = title_form(forms, lambda _j, text: fm.horizontalAdvance(text) <= room)
+    short = abbreviations(pic.badges) if i >= 2 else ""  # (the badges abbreviated: form 2)
+    return [cut_title(fm, f[min(i, len(f) - 1)], room) for f in forms], short
 
 
 def paint(p: QPainter, pic: LongPicture, lay: Layout) -> None:
@@ -152,19 +178,19 @@ def paint(p: QPainter, pic: LongPicture, lay: Layout) -> None:
     p.drawText(QRect(MARGIN, MARGIN, lay.width - 2 * MARGIN, TITLE_PX), Qt.AlignmentFlag.AlignLeft, pic.title())
     p.setFont(figure_font(11))
     tiles = shown_index(pic.tiles, pic.scale_mode, pic.log)
-    for h, rect, idx in zip(pic.tiles.heads, lay.tile_rects, tiles):
+    for h, rect, idx, title in zip(pic.tiles.heads, lay.tile_rects, tiles, lay.titles):
         p.drawImage(rect, _image(idx, table))  # (whole pixels per cell: no smoothing)
         if h == pic.head:  # the focused head's tile framed, as on screen (outside its cells)
             p.setPen(QColor(FOCUS))
             p.drawRect(rect.adjusted(-1, -1, 0, 0))
             p.setPen(TEXT)
-        p.drawText(QRect(rect.left(), rect.top() - HEAD_PX, rect.width(), HEAD_PX),
-                   Qt.AlignmentFlag.AlignLeft, head_title(pic.layer, h))
+        p.drawText(QRect(rect.left(), rect.top() - HEAD_PX, rect.width() + GAP - 2, HEAD_PX),
+                   Qt.AlignmentFlag.AlignLeft, title)
     r = lay.pane_rect
     p.drawImage(r, _image(shown_index(pic.pane, "per-head", pic.log)[0], table))
     p.drawText(QRect(r.left(), r.top() - HEAD_PX, r.width(), HEAD_PX), Qt.AlignmentFlag.AlignLeft,
                f"{head_title(pic.layer, pic.head)} (large)")
-    lines = pic.scales()
+    lines = lay.lines
     for i, line in enumerate(lines):
         p.drawText(QRect(MARGIN, lay.height - MARGIN - (len(lines) - i) * LINE_PX, lay.width - 2 * MARGIN, LINE_PX),
                    Qt.AlignmentFlag.AlignLeft, line)

@@ -235,3 +235,11 @@ def no_value_colour(name: str) -> tuple[int, int, int]:
 def no_value_word(name: str) -> str:
     """That colour in a word, as a legend says it ("magenta")."""
     return _no_value(name)[0]
+
+
+def no_value_legend(name: str, first_key: bool = True, rows: bool = True) -> str:
+    """A legend's words for that colour, naming what is painted in it: the hidden first key's
+    column (`first_key`), rows with no weight left (`rows`); "magenta: no value (the hidden first
+    key, or a row with no weight left)"."""
+    why = ", or ".join(w for on, w in ((first_key, "the hidden first key"), (rows, "a row with no weight left")) if on)
+    return f"{no_value_word(name)}: no value ({why})"

@@ -2,10 +2,11 @@
 end of the colour map (viridis' yellow-green, which HSL lightness calls dark), white on the dark end."""
 
 import numpy as np
+import pytest
 from PySide6.QtGui import QColor, QImage
 
 from attnviz.figures.corpus import means_png
-from attnviz.figures.data import DEFAULT_COLORMAP
+from attnviz.figures.data import COLORMAPS, DEFAULT_COLORMAP
 from attnviz.figures.style import heat_index, heat_table
 
 
@@ -87,3 +88,37 @@ def test_a_head_with_no_value_is_the_no_value_colour_and_the_heading_names_it(qa
     word = no_value_word(DEFAULT_COLORMAP)
     headings = {t.split()[0]: t for t in drawn if t.split() and t.split()[0] in means}
     assert headings["induction"].endswith(f"; {word}: no value") and word not in headings["previous"], headings
+
+
+def _contrast(a, b) -> float:
+    """WCAG 2's contrast ratio of two (r, g, b) colours."""
+    def y(c):
+        c = np.asarray(c, np.float64) / 255
+        return float(np.where(c <= 0.03928, c / 12.92, ((c + 0.055) / 1.055) ** 2.4) @ (0.2126, 0.7152, 0.0722))
+    hi, lo = sorted((y(a), y(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("name", COLORMAPS)
+def test_the_ink_reads_on_every_cell_of_every_colormap(qapp, name):
+    """Each cell's value is written black or white, whichever reads on the cell: at least 4.5:1
+    (WCAG 2) on 64 colours evenly over every colormap. (A luma threshold wrote white on viridis'
+    middle green at 2.9:1.)"""
+    a = np.linspace(0.0, 1.0, 64).reshape(8, 8)
+    image = QImage.fromData(means_png({"previous": a}, ["previous"], "ink", width=900, colormap=name))
+    image = image.convertToFormat(QImage.Format.Format_RGB888)
+    px = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
+    px = px[:, :3 * image.width()].reshape(image.height(), image.width(), 3).astype(int)
+    lut = heat_table(name)
+    worst = []
+    for v in a.ravel():
+        c = lut[int(heat_index(np.array([v]), 1.0)[0])][:3].astype(int)
+        at = (px == c).all(axis=-1)  # the cell, and maybe pixels of a grey line's smoothed edge
+        core = at[2:-2, 2:-2] & at[:-4, 2:-2] & at[4:, 2:-2] & at[2:-2, :-4] & at[2:-2, 4:]  # (no line)
+        ys, xs = np.nonzero(core)
+        box = px[ys.min() + 2:ys.max() + 3, xs.min() + 2:xs.max() + 3]
+        far = np.abs(box - c).sum(axis=-1)
+        written = box.reshape(-1, 3)[far.argmax()]  # the text's most inked pixel: toward its ink
+        ink = (0, 0, 0) if written.sum() < c.sum() else (255, 255, 255)
+        worst.append((_contrast(ink, c), tuple(c), ink))
+    assert min(worst)[0] >= 4.5, min(worst)

@@ -185,3 +185,33 @@ def test_a_scatter_that_places_no_head_says_so_in_its_title(window, qtbot, scan_
     assert len(panel.scatter_w.points.points()) == 0
     assert panel.scatter_w.plot.titleLabel.text == "heads by behaviour: no head placed"
     assert panel.scatter_note.isVisible() and "6 heads not placed" in panel.scatter_note.text()
+
+
+def test_the_map_follows_the_windows_colormap(window, qtbot, scan_dir):
+    """The map is coloured through the window's colormap, changed as the user changes it, a head
+    with no value in that colormap's no-value colour, which the line over the map names. (It was
+    viridis whatever the window showed.)"""
+    from attnviz.figures.style import colormap_colors
+    from windows import drain_events, rgb
+
+    window.open_scan(str(scan_dir))
+    panel, st = window.corpus_panel, window.state
+    qtbot.waitUntil(lambda: panel.scan is not None, timeout=WAIT)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    top = np.unravel_index(np.argmax(panel.scan.means["previous"]), panel.scan.means["previous"].shape)
+    for name in ("plasma", "CET-L1"):
+        st.set_colormap(name)
+        panel.set_stat("induction")
+        drain_events()
+        assert rgb(_pixel(panel, 1, 2)) == no_value_colour(name)
+        assert panel.heat_note.text() == f"Map: no text gave a value ({no_value_word(name)})."
+        panel.set_stat("previous")
+        drain_events()
+        want = colormap_colors(name, 256)[-1].astype(int)  # the top of the map's scale
+        assert np.abs(np.subtract(rgb(_pixel(panel, *top)), want)).max() <= 4, name
+    panel.set_stat("induction")
+    st.set_colormap("viridis")  # a change while the map is shown: its line too
+    drain_events()
+    assert panel.heat_note.text() == f"Map: no text gave a value ({no_value_word('viridis')})."
+    assert rgb(_pixel(panel, 1, 2)) == no_value_colour("viridis")

@@ -51,7 +51,7 @@ def test_a_title_too_narrow_for_its_probe_note_keeps_the_head_not_a_bare_role(qt
     role cut free of its "(p)", and never the note without the head's name before it."""
     from PySide6.QtGui import QFont, QFontMetricsF
 
-    from attnviz.ui.views.grid_items import cut_title
+    from attnviz.figures.titles import cut_title
 
     font = QFont()
     font.setPointSize(8)

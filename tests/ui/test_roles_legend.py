@@ -11,7 +11,7 @@ from attnviz.figures.roles import PROBE_NOTE  # noqa: E402
 from attnviz.figures.style import ROLE_COLORS  # noqa: E402
 from attnviz.ui.app import assemble  # noqa: E402
 from attnviz.ui.panels.roles_panel import RolesPanel  # noqa: E402
-from attnviz.ui.views.grid_items import title_forms  # noqa: E402
+from attnviz.figures.titles import title_forms  # noqa: E402
 from windows import shown_label  # noqa: E402
 
 

@@ -89,7 +89,7 @@ class CorpusPanel(QWidget):
         # side, a 440 px dock cut the heatmap's last heads, both titles and the scatter's edge
         split = QSplitter(Qt.Orientation.Vertical)
         split.setChildrenCollapsible(False)
-        self.heat_w = ScanMap()
+        self.heat_w = ScanMap(self.state.colormap)
         split.addWidget(self.heat_w)
 
         split.addWidget(self._build_scatter())
@@ -132,6 +132,7 @@ class CorpusPanel(QWidget):
         self.state.sigModelChanged.connect(self._check_model)
         self.state.sigResultChanged.connect(self._on_result)
         self.state.sigFocusChanged.connect(self._on_focus)
+        self.state.sigDisplayChanged.connect(self._on_display)
 
     # --- opening a scan -----------------------------------------------------------------------
     def ask_open(self):
@@ -272,6 +273,10 @@ class CorpusPanel(QWidget):
         self.heat_note.setText(missing)
         self.heat_note.setVisible(bool(missing))
         self.heat_w.mark_head(self.head)
+
+    def _on_display(self) -> None:  # the window's colormap, the map's too
+        if self.heat_w.set_colormap(self.state.colormap):
+            self._draw_heat()  # (its line names the colormap's no-value colour)
 
     def cell_center(self, layer: int, head: int) -> QPointF:
         """A head's cell centre in the heatmap's view coordinates (x: head, y: layer)."""

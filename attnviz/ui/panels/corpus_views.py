@@ -1,5 +1,5 @@
 """The Corpus panel's two plots of a scan (corpus_panel.py): the layer x head map of one statistic's
-per-head mean, with its colour bar, the no-value colour (style.no_value_colour) where no text gave a value and the picked head
+per-head mean in the window's colormap, with its colour bar, the no-value colour (style.no_value_colour) where no text gave a value and the picked head
 outlined; and the heads placed by behaviour (classical MDS of the Jensen-Shannon distances of their
 mean statistics, Clark et al. 2019), coloured by layer. Each draws what it is given; the panel
 keeps the scan, the statistic and the picked head, and writes the notes these return."""
@@ -22,12 +22,14 @@ SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two
 
 
 class ScanMap(pg.GraphicsLayoutWidget):
-    """The layer x head map of a statistic's per-head mean (x: head, y: layer), one colour bar."""
+    """The layer x head map of a statistic's per-head mean (x: head, y: layer), one colour bar,
+    coloured through the window's colormap (set_colormap)."""
 
-    def __init__(self):
+    def __init__(self, colormap: str = DEFAULT_COLORMAP):
         super().__init__()
         self.n_head = 0  # of the map drawn
         self.stat = ""  # the statistic drawn
+        self.colormap = colormap
         self.setBackground(BACKGROUND)
         self.plot = self.addPlot()
         self.plot.setMenuEnabled(False)
@@ -39,7 +41,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.vb.invertY(True)
         self.missing = pg.QtWidgets.QGraphicsRectItem()  # under the image: a head with no value
         # a head's cell where no text gave the statistic a value: the no-value colour of the map's colormap
-        self.missing.setBrush(pg.mkBrush(*no_value_colour(DEFAULT_COLORMAP)))
+        self.missing.setBrush(pg.mkBrush(*no_value_colour(colormap)))
         self.missing.setPen(pg.mkPen(None))
         self.plot.addItem(self.missing)
         self.img = pg.ImageItem(axisOrder="row-major")  # (a NaN cell is transparent)
@@ -50,7 +52,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.mark.setPen(pen)
         self.mark.hide()
         self.plot.addItem(self.mark)
-        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(DEFAULT_COLORMAP),
+        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(colormap),
                                     interactive=False, width=14, colorMapMenu=False)
         self.cbar.setImageItem(self.img)
         self.addItem(self.cbar)
@@ -61,6 +63,16 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.vb.sigResized.connect(self.fit_title)
         self._axes_shown(False)  # no scan yet: pyqtgraph's default range would read -400..400 "(x0.001)"
         self.cbar.setVisible(False)
+
+    def set_colormap(self, name: str) -> bool:
+        """Colour the map through colormap `name` (figures/data.COLORMAPS), a head with no value in
+        its no-value colour -> whether it changed (the line draw returns names that colour)."""
+        if name == self.colormap:
+            return False
+        self.colormap = name
+        self.cbar.setColorMap(pg.colormap.get(name))  # (the image's table too)
+        self.missing.setBrush(pg.mkBrush(*no_value_colour(name)))
+        return True
 
     def _axes_shown(self, on: bool) -> None:
         for ax in ("left", "bottom"):
@@ -84,7 +96,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.stat = stat
         self.fit_title()
         self.cbar.setVisible(bool(finite.size))  # (its numbers over no value would be a stand-in's)
-        word = no_value_word(DEFAULT_COLORMAP)
+        word = no_value_word(self.colormap)
         return ("" if finite.size == v.size else f"Map: no text gave a value ({word})." if not finite.size
                 else f"Map: {word} where no text gave a value.")
 

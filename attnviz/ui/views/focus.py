@@ -127,7 +127,7 @@ class FocusView(QWidget):
         self.plot.getAxis("left").setStyle(tickLength=0)
         self.img = MosaicImage(axisOrder="row-major")  # drawn as ARGB, as the grid's mosaic
         self.plot.addItem(self.img)
-        self.no_value = NoValueUnder(self.plot)  # what a cell with no value (NaN, transparent) shows
+        self.no_value = NoValueUnder(self.plot, self.gw)  # what a cell with no value (NaN, transparent) shows
         self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
         self.gw.addItem(self.cbar, row=0, col=1)
@@ -249,8 +249,7 @@ class FocusView(QWidget):
         self.img.setImage(pic.values, autoLevels=False)
         self.img.setRect(QRectF(*pic.rect()))
         self.no_value.place(np.ones((1, 1), np.uint8), QRectF(0, 0, *pic.extent))  # (the hidden first key's column too)
-        self.no_value.set_colormap(self.state.colormap)
-        self.no_value.show()
+        self.no_value.show_for(self.state.colormap, pic.x0 > 0, bool(np.isnan(pic.values).any()), shown.hide_first)
         if pic.extent != self._extent:
             self._extent = pic.extent
             self.vb.setRange(QRectF(0, 0, *(max(v, 1) for v in pic.extent)), padding=PAD)

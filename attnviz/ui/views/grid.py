@@ -26,13 +26,14 @@ from attnviz.figures.style import (
 )
 from attnviz.figures.view import window_edge
 from attnviz.figures.roles import SHORT_PROBE_NOTE
+from attnviz.figures.titles import title_form, title_forms
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import PressWatch, painted_point
 from attnviz.ui.views.grid_items import (
-    HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands,
-    place_titles, title_form, title_forms, update_bar,
+    HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands, place_titles,
+    update_bar,
 )
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
@@ -68,7 +69,7 @@ class HeatmapGrid(QWidget):
         self.img = MosaicImage(axisOrder="row-major")
         self.img.setZValue(0)
         self.plot.addItem(self.img)
-        self.no_value = NoValueUnder(self.plot)  # what a transparent cell (the gap entry) shows
+        self.no_value = NoValueUnder(self.plot, self.gw)  # what a transparent cell (the gap entry) shows
         self.cbar = colour_bar(state.colormap, self.font())
         self.gw.addItem(self.cbar, row=0, col=1)
         self.no_model = NoModel(state, self.cbar, self.gw)  # an empty grid says why
@@ -225,8 +226,8 @@ class HeatmapGrid(QWidget):
             y, x = lo.y0[i], lo.x0[i]
             mosaic[y:y + side, x + c0:x + side] = f[i]  # float -> uint8 truncation: the table index
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
-        self.no_value.set_colormap(st.colormap)  # (far from A − B's map too)
-        self.no_value.show()
+        has_blank = blank is not None and bool(blank.any())  # (the colour: far from A − B's map too)
+        self.no_value.show_for(st.colormap, c0 > 0 and bool(lo.heads), has_blank, region.hide_first)
         self._draw_titles()
         self._draw_off_marks()  # (none over B or A − B: the clean runs)
         self._draw_window()

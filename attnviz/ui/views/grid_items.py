@@ -3,8 +3,7 @@ the mosaic and drawn unscaled (Label), placed with the KV-group bands as the mos
 (place_titles, place_bands), the mosaic's image item converted once per mosaic to
 premultiplied ARGB (MosaicImage, argb_table), the colour bar sized to its font (colour_bar), the
 outline of the state's outlined heads (HeadOutline) and what a view says with no model (NoModel).
-A head's tile title and its shorter forms (title_forms, title_form, cut_title) are the grid's and
-the long view's tiles' alike."""
+A head's tile title and its shorter forms are figures/titles.py's."""
 
 from __future__ import annotations
 
@@ -22,10 +21,11 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.numbers import bar_ticks
-from attnviz.figures.roles import SHORT_PROBE_NOTE, short_badge
+from attnviz.figures.titles import cut_title
 from attnviz.figures.style import BACKGROUND, TEXT, group_color, no_value_colour
 from attnviz.ui.views.fields import plain_label
 from attnviz.ui.views.mosaic import tile_index
+from attnviz.ui.views.no_value_note import NoValueNote
 
 HIGHLIGHT = QColor("#ffd400")  # outlined heads, the explained cell (not the focus colour)
 NO_MODEL = "No model is loaded: pick one in the Models menu, or File \u25b8 Open model\u2026"
@@ -120,39 +120,6 @@ class HeadOutline:
             path.addRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
         self.item.setPath(path)
         self.item.setVisible(not path.isEmpty())
-
-
-def title_forms(layer: int, head: int, badge: str = "", marks: str = "", side: str = "") -> tuple[str, str, str]:
-    """A head's tile title, then its shorter forms: without the layer and compared `side` every
-    title of the view shares ("H6  induction (probe)"), then with its role badge abbreviated
-    ("H6 ind (p)": figures/roles.short_badge). `marks` (" · local", "  · off") before the badge: a
-    cut title loses the badge before them."""
-    tail, short = (f"  {badge}", f"{'  ' if marks else ' '}{short_badge(badge)}") if badge else ("", "")
-    return side + head_title(layer, head) + marks + tail, f"H{head}{marks}{tail}", f"H{head}{marks}{short}"
-
-
-def title_form(forms: list, fits) -> int:
-    """Which form every title of a row takes (0: whole): the first in which fits(j, text) holds for
-    each title j, so the row reads alike; the shortest where none does."""
-    n = max((len(f) for f in forms), default=1)
-    return next((i for i in range(n) if all(fits(j, f[min(i, len(f) - 1)]) for j, f in enumerate(forms))), n - 1)
-
-
-def cut_title(fm: QFontMetricsF, text: str, width: float, keep: str = SHORT_PROBE_NOTE) -> str:
-    """`text` cut with "…" to `width` pixels where wider, its end `keep` (a probe's note) left
-    whole where it ends so and the head's name ("H6") still fits before it: the role is cut first,
-    never what it is about; narrower, the head's name goes before the note does."""
-    if fm.horizontalAdvance(text) <= width:
-        return text
-    elide = Qt.TextElideMode.ElideRight
-    if not (keep and text.endswith(keep)):
-        return fm.elidedText(text, elide, width)
-    cut = fm.elidedText(text[:len(text) - len(keep)], elide, width - fm.horizontalAdvance(keep))
-    name = text.split(" ", 1)[0]
-    if cut.startswith(name):
-        return cut + keep
-    # (a role without its probe note would read as the typed text's: the name alone, cut)
-    return name + "…" if fm.horizontalAdvance(name + "…") <= width else fm.elidedText(name, elide, width)
 
 
 class Label(QGraphicsSimpleTextItem):
@@ -379,15 +346,30 @@ class NoValueUnder(MosaicImage):
     """The no-value colour (style.no_value_colour) under a picture whose cells with no value are
     transparent (the grid's gap entry, the focus view's NaN): an image of the picture's size and
     rect, so Qt rounds and samples it as it does the picture, opaque where a head is (`place`: 1)
-    and transparent between heads, where the background shows."""
+    and transparent between heads, where the background shows. The line under the view's
+    graphics `view` names the colour while a cell shows it (no_value_note.NoValueNote)."""
 
-    def __init__(self, plot):
+    def __init__(self, plot, view: QWidget):
         super().__init__(axisOrder="row-major")
         self.setZValue(-0.5)  # over the KV-group bands, under the picture
         self._mask = np.ones((1, 1), np.uint8)
         self._table = np.zeros((256, 4), np.uint8)
         self._name = ""
         plot.addItem(self)
+        self.note = NoValueNote()
+        frame = view.parentWidget().layout()  # (under the view, the colour bar at its right)
+        frame.insertWidget(frame.indexOf(view) + 1, self.note)
+
+    def show_for(self, name: str, first_key: bool, rows: bool, hide_first: bool) -> None:
+        """Shown under colormap `name`, the line under the view naming the colour where it is
+        painted: the hidden first key's column (`first_key`), rows with no weight left (`rows`)."""
+        self.set_colormap(name)
+        self.show()
+        self.note.say(name, first_key, rows, hide_first)
+
+    def hide(self) -> None:  # (the line naming the colour with it)
+        super().hide()
+        self.note.clear()
 
     def place(self, mask: np.ndarray, rect: QRectF | None = None) -> None:
         """[h, w] uint8, 1 where a head is, 0 between heads; `rect`: the picture's rect."""

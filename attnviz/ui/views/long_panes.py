@@ -16,7 +16,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
-from attnviz.ui.views.grid_items import cut_title, title_form, title_forms
+from attnviz.figures.titles import cut_title, title_form, title_forms
 from attnviz.ui.views.mosaic import UNDEFINED
 from attnviz.ui.views.painted import painted_index
 
@@ -360,13 +360,22 @@ class HeadTiles(_PatternArea):
         model = self.state.model
         return model.config.layer_kind(layer) if model is not None and layer < model.config.n_layer else None
 
+    def title_parts(self, layer: int) -> tuple[tuple[str, ...], str]:
+        """(each head's role badge, what the titles say of the layer: " · local"), as the tiles'
+        titles (forms) and the exported picture's say them."""
+        kind = self._kind(layer)
+        return tuple(self.state.badge(layer, h) for h in range(self.n_head())), f" · {kind}" if kind else ""
+
+    def forms(self, layer: int) -> list[tuple[str, ...]]:
+        """Each tile's title and its shorter forms as the grid's tiles write them
+        (figures/titles.title_forms: the layer kind, the role badge)."""
+        badges, marks = self.title_parts(layer)
+        return [title_forms(layer, h, badges[h], marks) for h in range(self.n_head())]
+
     def titles(self, layer: int) -> list[str]:
-        """Each tile's title as the grid's tiles write it (grid_items.title_forms: the layer kind,
-        the role badge), the row in the first form whose titles all fit a tile, cut where none
-        does."""
-        fm, kind = QFontMetricsF(self._font), self._kind(layer)
-        forms = [title_forms(layer, h, self.state.badge(layer, h), f" · {kind}" if kind else "")
-                 for h in range(self.n_head())]
+        """Each tile's title (forms), the row in the first form whose titles all fit a tile, cut
+        where none does."""
+        fm, forms = QFontMetricsF(self._font), self.forms(layer)
         room = self.tile_px() + self.GAP - 2  # (a title up to the next tile's, a gap short of its title)
         i = title_form(forms, lambda _j, text: fm.horizontalAdvance(text) <= room)
         return [cut_title(fm, f[min(i, len(f) - 1)], room) for f in forms]

@@ -189,7 +189,7 @@ class LongView(QWidget):
                     or ov.source is not lg.run):
                 return None
         return LongPicture(self.state.model_name, lg.patterns.T, layer, lg.head(), lg.tiles, lg.pane,
-                           self.state.colormap, self.state.scale_mode, lg.log)
+                           self.state.colormap, self.state.scale_mode, lg.log, *self.tiles.title_parts(layer))
 
     def export_picture(self, path) -> Layout:
         """Write the view as shown to the PNG `path` (figures/long_picture.py) -> its layout;
