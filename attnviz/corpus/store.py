@@ -304,8 +304,9 @@ def stat_texts(out: Path) -> dict:
 def fewer_texts(stat_texts: dict, scanned: int) -> dict:
     """{statistic: "over N texts"} for each statistic whose means are over fewer texts than were
     scanned (duplicate and induction leave out texts with too many unknown tokens); "over N..M
-    texts" where the heads differ."""
-    return {name: f"over {plural(hi, 'text')}" if lo == hi else f"over {lo}..{plural(hi, 'text')}"
+    texts" where the heads differ; "no text gave a value" where none did (never "over 0 texts")."""
+    return {name: "no text gave a value" if hi == 0 else f"over {plural(hi, 'text')}" if lo == hi
+            else f"over {lo}..{plural(hi, 'text')}"
             for name, (lo, hi) in stat_texts.items() if (lo, hi) != (scanned, scanned)}
 
 

@@ -523,6 +523,26 @@ def test_scan_reports_figure_says_the_duplicate_and_induction_means_are_over_few
         assert heading.endswith(", over 2 texts") == (name in ("duplicate", "induction")), heading
 
 
+def test_scan_reports_figure_says_no_text_gave_a_value_where_every_text_was_unknown_words(
+        qapp, tmp_path, monkeypatch):
+    """Every text mostly unknown words: the duplicate and induction panels say no text gave a value,
+    never "over 0 texts"."""
+    from windows import figure_words
+
+    from attnviz.figures import corpus as corpus_figures
+
+    path = tmp_path / "c.txt"
+    path.write_text("qzx vbn plk wrt\nzebra xylophone quartz\n")
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
+                 "--workers", "0"]) == 0
+    drawn = figure_words(monkeypatch, corpus_figures)
+    assert main(["scan-report", str(out)]) == 0
+    headings = [t for t in drawn if t.split() and t.split()[0] in ("duplicate", "induction")]
+    assert len(headings) == 2 and all(", no text gave a value;" in t for t in headings), headings
+    assert not any("over 0" in t for t in drawn), drawn
+
+
 def test_scan_reports_footer_names_the_unknown_token_limit_the_means_use(qapp, tmp_path, capsys,
                                                                         monkeypatch):
     """The footer's share of unknown tokens is heads.UNKNOWN_LIMIT, the one the statistics use."""
