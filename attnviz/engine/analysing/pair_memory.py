@@ -124,6 +124,16 @@ def own_budget(a, b, chosen: int | None) -> None:
     a.set_memory_budget(chosen)
 
 
+def rest_steps(steps, keep) -> None:
+    """The training steps of A that the window keeps loaded (`steps`: CheckpointSet.loaded), but
+    those in `keep` (A and B), let go of their float32 layers while B is open beside A: the budget
+    split between A and B would not hold them. A step A moves to expands its layers again from its
+    file, within the budget it gets beside B (move_beside)."""
+    for m in steps:
+        if not any(m is k for k in keep):
+            m.let_go_layers()
+
+
 def move_beside(old, new, b, chosen: int | None) -> None:
     """Model B, loaded beside `old` (load_second), beside `new` instead (A moved to another
     training step): old no longer beside B and its budget its own again, the chosen one whole

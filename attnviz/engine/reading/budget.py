@@ -379,6 +379,13 @@ class LayerStore(Sequence):
         with self._lock:
             return self._views.setdefault(i, view)
 
+    def let_go(self) -> None:
+        """Drop every float32 layer held, the fixed set's and the passing room's: each is expanded
+        again from the file when next asked for, within the budget as it is (a run holding one
+        keeps it until it ends)."""
+        with self._lock:
+            self._kept, self._passing = {}, OrderedDict()
+
     def holds(self, i: int) -> bool:
         """Whether layer i's float32 copy is held now (asking for it then expands nothing)."""
         with self._lock:

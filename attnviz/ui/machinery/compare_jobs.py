@@ -130,6 +130,7 @@ class CompareJobs(QObject):
         st.sigResultChanged.connect(self._on_result)
         st.sigModelChanged.connect(lambda _m: self.close())
         st.sigComputeReported.connect(self._on_reported)
+        st.sigCheckpointsChanged.connect(lambda _c: self._rest_steps())  # (preloaded after B opened)
 
     @property
     def active(self) -> bool:
@@ -167,6 +168,7 @@ class CompareJobs(QObject):
             try:
                 if a is self.state.model:  # (A's budget lowered beside B only now that B is kept)
                     second.accept(a)
+                    self._rest_steps()
                 else:  # A moved to another training step as B loaded: B, kept, beside it
                     a = self._follow_new_a(a, second)
             except AttnvizError as exc:  # (a budget chosen as B loaded, too small for both: none kept)
@@ -258,7 +260,17 @@ class CompareJobs(QObject):
             self._beside = a if self.b is not a else None
             if second is not None:
                 second.reshare(a)
+            self._rest_steps()
         return a
+
+    def _rest_steps(self) -> None:
+        """The training steps the window keeps loaded, but A and B, let go of their float32 layers
+        while the budget is split between A and a B loaded for Compare (pair_memory.rest_steps)."""
+        from attnviz.engine.analysing.pair_memory import rest_steps
+
+        ckpts = self.state.checkpoints
+        if self._beside is not None and self.b is not None and ckpts is not None:
+            rest_steps(ckpts.loaded(), (self._beside, self.b))
 
     @property
     def budget_shared(self) -> bool:
