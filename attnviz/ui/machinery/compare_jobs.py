@@ -256,21 +256,22 @@ class CompareJobs(QObject):
 
         a = self.state.model
         if self._beside is not None:
+            self._rest_steps(a)  # (`old` first: what auto gives it alone counts none of its layers)
             move_beside(old, a, self.b, chosen_budget())
             self._beside = a if self.b is not a else None
             if second is not None:
                 second.reshare(a)
-            self._rest_steps()
         return a
 
-    def _rest_steps(self) -> None:
-        """The training steps the window keeps loaded, but A and B, let go of their float32 layers
-        while the budget is split between A and a B loaded for Compare (pair_memory.rest_steps)."""
+    def _rest_steps(self, a=None) -> None:
+        """The training steps the window keeps loaded, but A (`a`, else the one B is beside) and
+        B, let go of their float32 layers while the budget is split between A and a B loaded for
+        Compare (pair_memory.rest_steps)."""
         from attnviz.engine.analysing.pair_memory import rest_steps
 
         ckpts = self.state.checkpoints
         if self._beside is not None and self.b is not None and ckpts is not None:
-            rest_steps(ckpts.loaded(), (self._beside, self.b))
+            rest_steps(ckpts.loaded(), (a or self._beside, self.b))
 
     @property
     def budget_shared(self) -> bool:
