@@ -60,9 +60,9 @@ def _lowered(model, budget, monkeypatch) -> tuple[int, bool]:
 def test_lowering_a_little_gives_the_buffer_back_layer_by_layer(monkeypatch):
     """MiniLM's six layers in one buffer, the budget lowered by a byte: four kept, copied out one at
     a time, the two leaving and each copied layer's part of the buffer given back as it goes, so
-    memory holds the four kept layers and one layer more at most, within the new budget (copying
-    all four beside the whole buffer took 4 + 6 layers); the buffer is gone after, and the
-    patterns are the same, bit for bit."""
+    memory holds the four kept layers and one layer more at most, within the new budget, never
+    the whole buffer and the copies together; the buffer is gone after, and the patterns are the
+    same, bit for bit."""
     model = load_model("all-MiniLM-L6-v2")
     store = model.weights.layers
     before = model.run(TEXT).attentions
