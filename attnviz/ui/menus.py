@@ -159,7 +159,7 @@ def ask_memory_budget(w) -> None:
     """Models > Memory budget: a size (2G, 512M) or auto, applied to the loaded model at once and
     to the models opened later, and remembered (ui/machinery/settings.py). With Compare's B open,
     a size holds A and B together, split as when B opened, and auto the memory available, split
-    the same way (CompareJobs.share_budget)."""
+    as B opening under auto splits it (CompareJobs.share_budget)."""
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
@@ -189,7 +189,9 @@ def ask_memory_budget(w) -> None:
 
 
 _WITH_B = (" With Compare open, a size, or auto's memory available, holds model A and model B "
-           "together: B gets what A holds now leaves of it, A the rest.")
+           "together: B gets what A holds now leaves of a size, A the rest; under auto A gets "
+           "what it holds or its share (in proportion to the two models' float32 layers, at most "
+           "all of A's), whichever is more, B the rest.")
 
 
 def _b_open(w) -> bool:

@@ -265,3 +265,45 @@ def test_a_moved_to_another_step_under_auto_holds_the_new_a_and_b_together(monke
     assert old.beside() == [] and old not in b.beside() and new in b.beside()
     alone = free + unmade[0] - old.grams_to_make() + old.budgeted_bytes()[0]
     assert old.weights.layers.budget == alone
+
+
+def test_a_packed_gguf_a_under_auto_gets_its_share_as_b_opens(tmp_path, monkeypatch):
+    """A GGUF A whose short runs read its packed blocks holds no float32 layer as B opens under
+    auto: it gets its share of what auto allows the two (pair_memory.fair_share), not one layer,
+    so its long runs keep their layers (the second expands none) and its memory line names that
+    budget; the two budgets together hold what auto allows. Short of both models' layers, A's
+    share is in proportion to its layers' bytes."""
+    pytest.importorskip("numba")
+    from attnviz.engine.analysing.pair_memory import share_auto
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.reading import qpack
+
+    cfg, tensors = gguf_tensors(LLAMA)
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    qpack.ask_for_kernels()
+    try:
+        a = load_model(path)
+    finally:
+        qpack.ask_for_kernels(False)
+    store = a.weights.layers
+    need = sum(store.sizes)
+    assert store.held_bytes() == 0 and store.view_bytes() > 0
+    unmade = _mock_memory(monkeypatch, 3 * need)
+    unmade[0] = 2 * a.grams_to_make()  # (A's Grams and B's, none made)
+    b = load_second(lambda budget: load_model(path, budget=budget), a, "B")  # (B: float32, held)
+    assert store.budget + b.weights.layers.budget == _auto_room(a, b)
+    assert store.budget == need and f"within the {format_bytes(need)} memory budget" in a.memory
+    monkeypatch.setattr(qm, "ROWS_UNEXPANDED", 12)
+    long = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]  # (more rows than the crossover)
+    a.run(ids=long, request=RunRequest(use_cache=False))
+    expanded = store.expansions
+    a.run(ids=long, request=RunRequest(use_cache=False))
+    assert store.expansions == expanded and store.held_bytes() == need
+    assert f"{a.config.n_layer} expanded to float32" in a.memory
+    for m in (a, b):
+        m.set_memory_budget(max(store.sizes))  # (each holds one layer at most now)
+    room = need // 2 + sum(a.budgeted_bytes()) + sum(b.budgeted_bytes())
+    grams = a.grams_to_make() + b.grams_to_make()
+    monkeypatch.setattr(weights, "available_memory", lambda: MB.HEADROOM + grams + need // 2)
+    share_auto(a, b)
+    assert store.budget == max(max(store.sizes), room // 2) and store.budget + b.weights.layers.budget == room

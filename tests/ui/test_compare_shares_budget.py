@@ -266,3 +266,24 @@ def test_a_b_the_budget_left_cannot_hold_is_named_once(window, qtbot, source):
     assert note.startswith(lead) and note.count("Could not") == 1, note
     assert f"memory budget left beside {a.name}'s float32 layers. " in note, note
     assert jobs.b is None and budget(a) == chosen
+
+
+def test_the_steps_not_shown_let_go_of_their_layers_while_b_is_open(window, qtbot):
+    """The training steps the window keeps loaded (CheckpointSet.preload) hold float32 layers that
+    the budget split between A and B does not count: as B opens they let them go, and so does the
+    step A leaves while B is open; A and B keep theirs, and the step A moves to expands its own
+    again as it runs."""
+    w, st, jobs = window, window.state, window.worker.compare_jobs
+    qtbot.waitUntil(lambda: st.checkpoints is not None, timeout=WAIT)
+    steps = st.checkpoints.loaded()
+    assert len(steps) == len(st.checkpoints) and all(m.budgeted_bytes()[0] > 0 for m in steps)
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    a32, b = st.model, jobs.b
+    assert [m for m in steps if m.budgeted_bytes()[0] > 0] == [a32] and b.budgeted_bytes()[0] > 0
+    st.set_checkpoint(16)
+    settled(qtbot, w)
+    a16 = st.model
+    assert a16.budgeted_bytes()[0] > 0 and a32.budgeted_bytes()[0] == 0
+    assert [m for m in steps if m.budgeted_bytes()[0] > 0] == [a16] and b.budgeted_bytes()[0] > 0
+    assert jobs.comparison.pair.a.model is a16

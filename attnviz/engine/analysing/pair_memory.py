@@ -1,8 +1,9 @@
 """Compare's two models and the memory budget: model B opened beside model A (load_beside,
 load_second), and one budget, chosen (--memory-budget, the window's setting) or auto, holding the
-two together: B gets what A keeps now leaves of it, A the rest (share_budget, share_auto), as B
-opens (Second.accept) and as A moves to another training step (move_beside); A's own again as B
-goes (own_budget) or as A leaves that step."""
+two together: under a chosen one B gets what A keeps now leaves of it, A the rest (share_budget);
+under auto A gets what it keeps now or its fair share, whichever is more, B the rest (share_auto);
+split as B opens (Second.accept) and as A moves to another training step (move_beside); A's own
+again as B goes (own_budget) or as A leaves that step."""
 
 from __future__ import annotations
 
@@ -59,12 +60,13 @@ def share_budget(a, b, chosen: int) -> None:
 
 
 def share_auto(a, b) -> None:
-    """The default budget (auto) over A and B open beside it, split as a chosen one is
-    (share_budget): the memory available now, less HEADROOM and the W_O Grams neither has made
-    yet (memory_budget.default_budget), with the float32 layers and unembedding copies both hold
-    now counted in; B gets what A keeps now leaves of it, A the rest, so neither budget claims
-    memory the other's does. Memory short of what they hold: B gives up its layers first, down to
-    its largest, then A. Each its own default where the system does not say what is available."""
+    """The default budget (auto) over A and B open beside it: the memory available now, less
+    HEADROOM and the W_O Grams neither has made yet (memory_budget.default_budget), with the
+    float32 layers and unembedding copies both hold now counted in. A gets what it keeps now
+    (_kept_for) or its fair share (fair_share), whichever is more; B the rest, so neither budget
+    claims memory the other's does. Memory short of what they hold: B gives up its layers first,
+    down to its largest, then A. Each its own default where the system does not say what is
+    available."""
     free = MB.default_budget(a.grams_to_make() + b.grams_to_make(), clamp=False)
     if free is None:
         a.set_memory_budget(None)
@@ -72,9 +74,22 @@ def share_auto(a, b) -> None:
         return
     layers, copy = a.budgeted_bytes()  # (one read, as _kept_for's)
     room = free + layers + copy + sum(b.budgeted_bytes())
-    left = max(_largest(b), room - max(layers, _largest(a)) - copy)
+    claim = max(max(layers, _largest(a)) + copy, fair_share(a, b, room))
+    left = max(_largest(b), room - claim)
     b.set_memory_budget(left)
     a.set_memory_budget(max(_largest(a), room - left))
+
+
+def fair_share(a, b, room: int) -> int:
+    """A's share of `room` bytes auto allows A and B together: in proportion to the float32 bytes
+    of all their layers, and no more than all of A's need (B gets the rest). A GGUF A whose short
+    runs read its packed blocks holds few float32 layers as B opens; its long runs then keep
+    as many as this share holds, rather than expand every layer again each run. 0 where neither
+    has float32 layers to budget."""
+    need_a, need_b = sum(_sizes(a)), sum(_sizes(b))
+    if need_a + need_b == 0 or room <= 0:
+        return 0
+    return min(need_a, room * need_a // (need_a + need_b))
 
 
 def share(a, b, chosen: int | None) -> None:
@@ -86,9 +101,14 @@ def share(a, b, chosen: int | None) -> None:
         share_budget(a, b, chosen)
 
 
+def _sizes(model) -> tuple:
+    """Bytes of each of the model's layers as float32 (none: its layers are not budgeted)."""
+    return getattr(model.weights.layers, "sizes", ())
+
+
 def _largest(model) -> int:
     """Bytes of the model's largest float32 layer (0: its layers are not budgeted)."""
-    return max(getattr(model.weights.layers, "sizes", ()), default=0)
+    return max(_sizes(model), default=0)
 
 
 def own_budget(a, b, chosen: int | None) -> None:
@@ -102,6 +122,16 @@ def own_budget(a, b, chosen: int | None) -> None:
         free = MB.default_budget(a.grams_to_make(), clamp=False)
         chosen = None if free is None else max(_largest(a), free + sum(a.budgeted_bytes()) + sum(b.budgeted_bytes()))
     a.set_memory_budget(chosen)
+
+
+def rest_steps(steps, keep) -> None:
+    """The training steps of A that the window keeps loaded (`steps`: CheckpointSet.loaded), but
+    those in `keep` (A and B), let go of their float32 layers while B is open beside A: the budget
+    split between A and B would not hold them. A step A moves to expands its layers again from its
+    file, within the budget it gets beside B (move_beside)."""
+    for m in steps:
+        if not any(m is k for k in keep):
+            m.let_go_layers()
 
 
 def move_beside(old, new, b, chosen: int | None) -> None:

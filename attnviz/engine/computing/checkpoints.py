@@ -56,6 +56,11 @@ class CheckpointSet:
                 _WHICH[m] = (self.infos[i], len(self.infos))
             return m
 
+    def loaded(self) -> list[Model]:
+        """The models of the checkpoints loaded so far, in no set order."""
+        with self._lock:
+            return list(self._models.values())
+
     def preload(self) -> None:
         """Load every checkpoint now (each is small), so moving between steps never reads a file."""
         for i in range(len(self.infos)):

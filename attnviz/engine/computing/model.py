@@ -90,6 +90,13 @@ class Model:
         if head is not None and head.pack is not None:  # (the budget does not change it)
             self._pack = head.pack
 
+    def let_go_layers(self) -> None:
+        """Drop the float32 layers this model holds (a training step not shown while Compare's B is
+        open): each is expanded again from its file when a run next needs it."""
+        layers = self.weights.layers
+        if isinstance(layers, LayerStore):
+            layers.let_go()
+
     def leave_room(self, n_bytes: int) -> None:
         """Lower the memory budget by `n_bytes` that another model will take later (Compare's A:
         the W_O Grams it has not made yet, as B opens under the default budget), never below one

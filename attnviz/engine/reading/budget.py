@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Callable
@@ -39,9 +40,10 @@ import numpy as np
 
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.byte_sizes import format_bytes
+from attnviz.engine.reading.layer_memory import copied_out, give_back, lies_in, owner_ids, shared_owners
 from attnviz.engine.reading.token_text import plural
 from attnviz.engine.reading.pages import (
-    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, owner, populate_pages,
+    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
 )
 
 HUGE_PAGE = 2 << 20  # bytes: the arena starts on a boundary of Linux's transparent huge pages
@@ -145,34 +147,6 @@ def arena_array(shape: tuple, dtype) -> np.ndarray:
     return slot if slot is not None else np.empty(shape, dtype=dtype)
 
 
-def _matrices(layer) -> list[tuple[str, np.ndarray]]:
-    """(field, the array its memory lies in: pages.owner) of each float32 matrix of a layer held
-    in the process's memory (the arrays an _Arena packs), not in a file's mapped pages."""
-    out = []
-    for f in dataclasses.fields(layer):
-        a = getattr(layer, f.name)
-        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype == np.float32:
-            o = owner(a)
-            if o is not None:
-                out.append((f.name, o))
-    return out
-
-
-def _shared_owners(layers: dict, keep) -> set[int]:
-    """Ids of the arrays (pages.owner) that hold matrices of more than one of `layers` (i ->
-    layer), one of them a layer not in `keep`: a buffer a lowered budget must empty to give back."""
-    holders: dict[int, set[int]] = {}  # id of an owning array -> layers in it
-    for i, layer in layers.items():
-        for _, o in _matrices(layer):
-            holders.setdefault(id(o), set()).add(i)
-    return {o for o, held in holders.items() if len(held) > 1 and not held <= keep}
-
-
-def _lies_in(layer, owners: set[int]) -> bool:
-    """Whether a matrix of `layer` lies in one of `owners` (ids of owning arrays)."""
-    return any(id(o) in owners for _, o in _matrices(layer))
-
-
 def _array_bytes(layer) -> int:
     """Bytes of a layer's arrays (tuples of them too), not its packed matrices; 0 for None."""
     n = 0
@@ -221,6 +195,7 @@ class LayerStore(Sequence):
         self.packed_bytes = int(packed_bytes)  # what the views' packed matrices take (qpack.packed_nbytes)
         self._ready_views: _Arena | None = None  # prepare_kept's for the views, until read_views
         self._views_arena: _Arena | None = None  # while read_views builds the views
+        self._family = weakref.WeakSet([self])  # the stores sharing its arrays (shared), itself too
         self.set_budget(budget)
 
     def set_budget(self, budget: int | None) -> None:
@@ -246,31 +221,49 @@ class LayerStore(Sequence):
             self._kept = {i: old[i] for i in keep if i in old}
             self._passing = OrderedDict()
             self._room = (budget - sum(self.sizes[i] for i in keep)) if budget is not None else 0
-            shared = _shared_owners(old, keep) if set(old) - keep else set()
+            shared = shared_owners(old, keep) if set(old) - keep else set()
             for i in sorted(old):  # layers that leave the set may stay in the passing room
-                if i not in keep and not _lies_in(old[i], shared):
+                if i not in keep and not lies_in(old[i], shared):
                     self._pass(i, old[i])
+            leaving = [old.pop(i) for i in sorted(old) if i not in keep and lies_in(old[i], shared)]
+        old = None  # (leaving alone holds the layers let go: layer_memory.give_back)
         if shared:
-            self._leave_arena(shared)
+            self._leave_arena(shared, leaving)
 
-    def _leave_arena(self, shared: set[int]) -> None:
+    def _leave_arena(self, shared: set[int], leaving: list) -> None:
         """The kept layers' matrices that lie in an owner of `shared` (the load's _Arena, holding
-        layers that left the set: set_budget let those go rather than copy them into the passing
-        room) copied out of it, so that buffer goes back once no run holds it; a kept layer whose
-        buffer keeps only kept layers stays where it is. Transient cost: until the copies are
-        made and the old layers let go, memory holds the old buffer and the copies of the kept
-        layers that lay in it (no more than the new fixed set)."""
+        the layers `leaving` the set: set_budget let those go rather than copy them into the
+        passing room) copied out of it, so that buffer goes once no run holds it, its pages given
+        back layer by layer meanwhile (layer_memory.give_back): the leaving layers' first, then
+        each kept layer's as its copy takes its place, so memory holds the kept layers and one
+        copy more at most, where no run holds the old ones. A buffer another store sharing this
+        one's arrays (shared) holds layers in stays anyway: its kept layers stay views of it."""
+        shared = shared - self._held_elsewhere()
         with self._lock:
-            kept = dict(self._kept)
-        for i, layer in kept.items():
-            moved = {name: a.copy(order="K") for name, o in _matrices(layer) if id(o) in shared
-                     for a in (getattr(layer, name),)}  # (order K: a transposed slot stays transposed)
-            if not moved:
-                continue
-            layer_now = dataclasses.replace(layer, **moved)
+            kept = {i: layer for i, layer in self._kept.items() if lies_in(layer, shared)}
+        give_back(leaving, self._layers_held(), shared)
+        for i in sorted(kept):
+            was = [kept.pop(i)]  # (the one holder of the old layer here: give_back reads its count)
+            layer_now = copied_out(was[0], shared)
             with self._lock:  # (unless the budget changed again meanwhile)
-                if self._kept.get(i) is layer:
+                if layer_now is not None and self._kept.get(i) is was[0]:
                     self._kept[i] = layer_now
+            if layer_now is not None:
+                give_back(was, self._layers_held(), shared)
+            layer_now = None
+
+    def _layers_held(self) -> list:
+        with self._lock:
+            return [*self._kept.values(), *self._passing.values()]
+
+    def _held_elsewhere(self) -> set[int]:
+        """Ids of the buffers the layers of the stores sharing this one's arrays (shared) lie in."""
+        held: set[int] = set()
+        for other in list(self._family):
+            if other is not self:
+                for layer in other._layers_held():
+                    held |= owner_ids(layer)
+        return held
 
     def _pass(self, i: int, layer) -> None:  # under _lock: hold layer i in the room, oldest out
         self._passing[i] = layer
@@ -355,6 +348,8 @@ class LayerStore(Sequence):
         return other
 
     def _take_held(self, source: LayerStore) -> None:  # (shared's: a new store, not yet used)
+        self._family = source._family
+        self._family.add(self)
         with source._lock:
             views, kept, checked = dict(source._views), dict(source._kept), set(source._checked)
         with self._lock:
@@ -378,6 +373,13 @@ class LayerStore(Sequence):
             _BUILDING.packed = None
         with self._lock:
             return self._views.setdefault(i, view)
+
+    def let_go(self) -> None:
+        """Drop every float32 layer held, the fixed set's and the passing room's: each is expanded
+        again from the file when next asked for, within the budget as it is (a run holding one
+        keeps it until it ends)."""
+        with self._lock:
+            self._kept, self._passing = {}, OrderedDict()
 
     def holds(self, i: int) -> bool:
         """Whether layer i's float32 copy is held now (asking for it then expands nothing)."""

@@ -6,6 +6,7 @@ back the memory its guest frees), a one-shot process's freed arrays kept for its
 
 from __future__ import annotations
 
+import functools
 import glob
 import mmap
 import os
@@ -47,19 +48,31 @@ def populate_pages(a: np.ndarray) -> bool:
 
 
 
-def madvise(a: np.ndarray, advice: int, lo: int | None = None, hi: int | None = None,
-            piece: int | None = None) -> bool:
-    """madvise(2) on the bytes lo..hi (default: the whole pages within array `a`), `piece` bytes a
-    call; False where the system has no such call or refuses it."""
+@functools.cache
+def _madvise_call():
+    """The C library's madvise, looked up once (each lookup makes objects: a lowered budget calls
+    madvise a layer at a time, its copies in memory meanwhile); None where there is none."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         import ctypes
 
         call = ctypes.CDLL(None, use_errno=True).madvise
         call.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     except (OSError, AttributeError):
+        return None
+    return call
+
+
+def madvise(a: np.ndarray, advice: int, lo: int | None = None, hi: int | None = None,
+            piece: int | None = None) -> bool:
+    """madvise(2) on the bytes lo..hi (default: the whole pages within array `a`), `piece` bytes a
+    call; False where the system has no such call or refuses it."""
+    call = _madvise_call()
+    if call is None:
         return False
+    import ctypes
+
     if lo is None:
         lo = -(-a.ctypes.data // PAGE) * PAGE
     if hi is None:

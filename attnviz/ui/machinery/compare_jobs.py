@@ -130,6 +130,7 @@ class CompareJobs(QObject):
         st.sigResultChanged.connect(self._on_result)
         st.sigModelChanged.connect(lambda _m: self.close())
         st.sigComputeReported.connect(self._on_reported)
+        st.sigCheckpointsChanged.connect(lambda _c: self._rest_steps())  # (preloaded after B opened)
 
     @property
     def active(self) -> bool:
@@ -167,6 +168,7 @@ class CompareJobs(QObject):
             try:
                 if a is self.state.model:  # (A's budget lowered beside B only now that B is kept)
                     second.accept(a)
+                    self._rest_steps()
                 else:  # A moved to another training step as B loaded: B, kept, beside it
                     a = self._follow_new_a(a, second)
             except AttnvizError as exc:  # (a budget chosen as B loaded, too small for both: none kept)
@@ -254,11 +256,22 @@ class CompareJobs(QObject):
 
         a = self.state.model
         if self._beside is not None:
+            self._rest_steps(a)  # (`old` first: what auto gives it alone counts none of its layers)
             move_beside(old, a, self.b, chosen_budget())
             self._beside = a if self.b is not a else None
             if second is not None:
                 second.reshare(a)
         return a
+
+    def _rest_steps(self, a=None) -> None:
+        """The training steps the window keeps loaded, but A (`a`, else the one B is beside) and
+        B, let go of their float32 layers while the budget is split between A and a B loaded for
+        Compare (pair_memory.rest_steps)."""
+        from attnviz.engine.analysing.pair_memory import rest_steps
+
+        ckpts = self.state.checkpoints
+        if self._beside is not None and self.b is not None and ckpts is not None:
+            rest_steps(ckpts.loaded(), (a or self._beside, self.b))
 
     @property
     def budget_shared(self) -> bool:
