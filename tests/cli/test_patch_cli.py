@@ -96,6 +96,10 @@ def test_the_noise_table_lists_the_largest_changes_from_1(cli, text_model):
      "error: the clean and corrupted texts are the same 7 tokens: patching needs a corrupted text that differs"),
     (["--ids-clean", CLEAN, "--ids-corrupt", "3,1,x"], "--ids-corrupt '3,1,x': 'x' at position 2"),
     (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "5", "--alt", "5"], "same token"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--position", "2"],  # (not float32 rounding)
+     "error: the clean and corrupted texts first differ at token 3 '1'/'7', after position 2: under the "
+     "causal mask position 2 sees no later token, so both runs are the same there and no patch can move "
+     "the diff; pick a position from 3 to 6$"),
 ])
 def test_bad_input_gets_one_line(cli, argv, message):
     rc, out, err = cli("patch", "--model", GPT2, "--what", "resid", *argv)
