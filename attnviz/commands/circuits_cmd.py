@@ -122,15 +122,19 @@ def parse_head(text: str, n_layer: int, n_head: int) -> tuple[int, int]:
 def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
     doc = {
         "model": model.name, "order": ORDER,
-        "copying": None if circ.copying is None else circ.copying.tolist(),
+        "copying": C.copying_numbers(circ.copying),
         "composition": {mode: circ.composition[mode].tolist() for mode in C.MODES},
     }
     if model.config.rope is not None:  # (a model without RoPE has nothing left out: no note, as the tab)
         doc["note"] = ROPE_NOTE
     if circ.copying is None:
         doc["no_copying"] = circ.no_copying
+    elif np.isnan(circ.copying).any():
+        doc["no_copying"] = f"null: {C.HEAD_ZERO_OV}"
     if ov is not None:
         doc["ov_top"] = [{"id": i, "token": t, "value": v} for i, t, v in ov]
+        if not ov:
+            doc["no_ov_top"] = C.WRITES_NOTHING
     return doc
 
 
@@ -155,14 +159,16 @@ def cmd_circuits(args) -> int:
     else:
         print("copying [layer x head]:")
         for layer, row in enumerate(circ.copying):
-            print(f"  L{layer:<3}" + " ".join(plain_signed(v, 2) for v in row))
+            print(f"  L{layer:<3}" + " ".join("  n/a" if np.isnan(v) else plain_signed(v, 2) for v in row))
+        if np.isnan(circ.copying).any():
+            print(f"  n/a: {C.HEAD_ZERO_OV}")
     for mode in C.MODES:
-        s = circ.composition[mode]
-        order = np.argsort(-s, axis=None)[:5]
-        pairs = [np.unravel_index(i, s.shape) for i in order]
-        print(f"{mode}-composition, strongest: " + ", ".join(
-            f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
+        pairs = C.strongest(circ.composition[mode], 5)  # earlier layer -> later layer only
+        print(f"{mode}-composition, strongest: " + (", ".join(
+            f"{head_title(a, b)} -> {head_title(c, d)} {v:.3f}" for a, b, c, d, v in pairs)
+            or "none (one layer: no head has an earlier head to read)"))
     if ov is not None:
-        print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes: "
-              + ", ".join(f"{quoted(t)} {plain_signed(v, 2)}" for _, t, v in ov))
+        print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes"
+              + (": " + ", ".join(f"{quoted(t)} {plain_signed(v, 2)}" for _, t, v in ov) if ov
+                 else f" no top tokens: {C.WRITES_NOTHING}"))
     return 0

@@ -123,3 +123,21 @@ def test_circuits_head_is_read_and_refused_as_the_ablation_tab_reads_it():
             A.parse_heads(typed, n_layer, 9)
         assert str(cli_said.value) == f"--head: {tab_said.value}"
 
+
+
+def test_a_model_whose_ov_circuits_are_zero_shows_no_copying_and_no_top_tokens(cli):
+    """attnviz-textbook: every head's W_E W_V W_O W_U is exactly zero, so no copying score (0 / 0)
+    and no ranked top tokens; its strongest composition pairs are earlier layer -> later layer."""
+    rc, out, _ = cli("circuits", "--model", "attnviz-textbook", "--head", "1.0", "--token", "cat")
+    assert rc == 0
+    assert f"copying: none ({C.ZERO_OV})" in out and "+0.00" not in out
+    assert out.rstrip().endswith(f"head 1.0 attending to 'cat' (11) writes no top tokens: {C.WRITES_NOTHING}")
+    strongest = [s for s in out.splitlines() if "-composition, strongest: " in s]
+    assert len(strongest) == 3
+    for line in strongest:
+        pairs = line.split(": ", 1)[1].split(", ")
+        assert len(pairs) == 5 and all(p.startswith("L0 H") and " -> L1 H" in p for p in pairs), line
+    rc, out, _ = cli("circuits", "--model", "attnviz-textbook", "--head", "1.0", "--token", "cat", "--json")
+    doc = json.loads(out)
+    assert doc["copying"] is None and doc["no_copying"] == C.ZERO_OV
+    assert doc["ov_top"] == [] and doc["no_ov_top"] == C.WRITES_NOTHING
