@@ -72,6 +72,7 @@ def qk_report(model, result, layer: int, head: int, query: int, key: int) -> dic
         "score": a.score, "components": list(a.components), "table": a.table.tolist(),
         "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
         "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top(Q.TOP)],
+        **({"note": a.note} if a.note else {}),
     }
 
 
@@ -93,6 +94,8 @@ def cmd_qk(args) -> int:
           f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
           f"{plain_signed(doc['score'])} (table sum "
           f"{plain_signed(float(np.sum(doc['table'])))}, bias terms {plain_signed(doc['bias'])})")
+    if "note" in doc:
+        print(f"note: {doc['note']}")
     print("largest query x key pairs:")
     for row in doc["top"][:10]:
         print(f"  {row['query']:>10} x {row['key']:<10} {plain_signed(row['value'])}")

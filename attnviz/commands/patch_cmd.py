@@ -76,7 +76,7 @@ def patch_report(model, result: PT.Patching, tokens_clean, tokens_corrupt) -> di
             "tokens_corrupt": list(tokens_corrupt), "position": m.position, "target": m.target,
             "alt": m.alt, "diff_clean": m.diff_clean, "diff_corrupt": m.diff_corrupt,
             "direction": result.direction, "what": result.what, "effect": result.effect.tolist(),
-            "seconds": result.seconds}
+            "seconds": result.seconds, **({"note": result.note} if result.note else {})}
 
 
 def describe_index(what: str, index: tuple, tokens_clean, tokens_corrupt) -> str:
@@ -125,6 +125,8 @@ def cmd_patch(args) -> int:
           f"{quoted(token_text(model, m.alt))}): clean {plain_signed(m.diff_clean, 3)}, corrupted "
           f"{plain_signed(m.diff_corrupt, 3)}")
     base = PT.unpatched(result.direction)
+    if result.note:
+        print(f"note: {result.note}")
     print(f"effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt), {base:g} where "
           f"nothing changes; largest |effect{' - 1' if base else ''}|:")
     for index, e in PT.ranked(result, TOP):

@@ -186,3 +186,19 @@ def test_the_tables_label_tokens_as_the_window_does(cli, tmp_path):
     assert rc == 0
     assert "at token 1 'Mary'" in out.splitlines()[0]
     assert "at 1 'Mary'/'John'" in out and "·Mary" not in out
+
+
+def test_mlp_out_of_the_attention_only_toy_is_noted_above_its_table(cli, toy):
+    """The toy's MLPs are stored as zeros: the table of +0.000 comes under a line saying why."""
+    args = ("patch", "--model", "attnviz-toy-stdlib", "--clean", "def add(a, b): return a + b",
+            "--corrupt", "def add(a, c): return a + c")
+    rc, out, _ = cli(*args, "--what", "mlp_out")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[2] == ("note: attnviz-toy-stdlib's MLPs are stored as zeros (an attention-only model): "
+                        "each writes exactly 0, so patching its output changes nothing")
+    assert lines[3].startswith("effect = ")
+    rc, out, _ = cli(*args, "--what", "mlp_out", "--json")
+    assert json.loads(out)["note"] == lines[2][len("note: "):]
+    rc, out, _ = cli(*args, "--what", "resid")
+    assert "note:" not in out and "stored as zeros" not in out

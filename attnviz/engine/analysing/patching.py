@@ -43,6 +43,7 @@ import numpy as np
 
 from attnviz.engine.analysing.pair import Pair, texts_pair
 from attnviz.engine.analysing.predict import position_index
+from attnviz.engine.analysing.zero_mlps import stored_as_zeros
 from attnviz.engine.computing.logits import vocab_logits
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.families import forward
@@ -280,6 +281,7 @@ class Patching:
     effect: np.ndarray  # float64, effect_shape(...)
     seconds: dict  # where the time went: pair (the two runs), forward (patched runs), total
     runs: int  # patched runs made
+    note: str = ""  # what the map cannot show: mlp_out of MLPs stored as zeros (zero_mlps)
 
 
 def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
@@ -330,8 +332,10 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
             if progress:
                 progress(done, total)
     t2 = time.perf_counter()
+    zero = stored_as_zeros(model, layers) if what == "mlp_out" else ""
     return Patching(what, direction, metric, effect,
-                    {"pair": t1 - t0, "forward": t2 - t1, "total": t2 - t0}, total)
+                    {"pair": t1 - t0, "forward": t2 - t1, "total": t2 - t0}, total,
+                    f"{zero}, so patching its output changes nothing" if zero else "")
 
 
 def ranked(result: Patching, n: int = 10) -> list[tuple[tuple, float]]:
