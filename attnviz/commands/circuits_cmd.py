@@ -13,7 +13,7 @@ from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, non_negative, parse_ids, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
-from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.analysing.predict import TOKEN_RULE, vocab_token
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
@@ -54,8 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     f"layer][later head]; with --head and --token, ov_top. For a model with RoPE: {ROPE_NOTE}.")
     add_model(p)
     p.add_argument("--head", metavar="HEAD", help="head for ov_top, e.g. 3.1 or 'L3 H1' (with --token)")
-    p.add_argument("--token", metavar="TOK",
-                   help="source token for ov_top: an id, a vocabulary string or a text that is one token")
+    p.add_argument("--token", metavar="TOK", help=f"source token for ov_top: {TOKEN_RULE}")
     p.add_argument("--top", type=non_negative, default=10, metavar="K",
                    help="ov_top length (default: 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

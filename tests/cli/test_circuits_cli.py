@@ -57,7 +57,7 @@ def test_qk_attribution_refuses_bad_cells_in_one_line(cli, argv, words):
 
 
 def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(cli):
-    rc, out, _ = cli("circuits", "--model", GPT2, "--head", "1.2", "--token", "7", "--json")
+    rc, out, _ = cli("circuits", "--model", GPT2, "--head", "1.2", "--token", "#7", "--json")
     assert rc == 0
     doc = json.loads(out)
     model = load_model(GPT2)
@@ -91,9 +91,9 @@ def test_circuits_without_a_head_prints_the_copying_map(cli):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "5"), "read through the model's unembedding"),
+    (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "#5"), "read through the model's unembedding"),
     (("--model", GPT2, "--head", "0.0"), "--head and --token go together"),
-    (("--model", GPT2, "--head", "9.0", "--token", "5"), "--head: head 9.0 is outside this model's layers 0..1"),
+    (("--model", GPT2, "--head", "9.0", "--token", "#5"), "--head: head 9.0 is outside this model's layers 0..1"),
 ])
 def test_circuits_refusals_are_one_line(cli, argv, words):
     rc, out, err = cli("circuits", *argv)

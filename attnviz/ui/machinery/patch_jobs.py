@@ -100,8 +100,8 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
         raise LengthError(str(exc), alignment(lc, ld) if differ else "") from None
     P = position_index(len(ic), position)
     check_reach(model, ic, id_, P)
-    target = vocab_token(model, target_text, digits_are_ids=False) if target_text.strip() else None
-    alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
+    target = vocab_token(model, target_text) if target_text.strip() else None
+    alt = vocab_token(model, alt_text) if alt_text.strip() else None
     if not 0 <= layer < model.config.n_layer:
         raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
     return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, P, position, target, alt, lc, ld,
