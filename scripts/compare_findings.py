@@ -41,7 +41,7 @@ def run_case(a, qtype: str, source: str) -> dict:
 
 def row(a_name: str, qtype: str, source: str, doc: dict) -> str:
     jsd = np.asarray(doc["heads_jsd"])
-    moved = ", ".join(f"{head_title(l, h)} {v:.2g}" for l, h, v in C.moved_most(jsd, 3))
+    moved = ", ".join(f"{head_title(l, h)} {v:.2g}" for l, h, v in C.moved_most(jsd, 3)) or "none (every JSD 0)"
     ind = doc["induction"]
     n = len(ind["survived"]) + len(ind["lost"])
     if doc["kld_stats"] is None:

@@ -312,3 +312,21 @@ def test_file_sizes_and_gemma3s_unembedding_read_as_the_app_writes_sizes():
     whole = sum(p.stat().st_size for p in toy.rglob("*") if p.is_file())
     assert f"Stored as F16: {format_bytes(each.pop())} a checkpoint, {format_bytes(whole)} in all." in \
         _flat("docs/toy_model.md")
+
+
+def test_the_patching_pages_induction_bars_read_as_the_head_scores_give_them(smollm2):
+    """docs/patching.md's made-up-names finding: L23 H2 clears the induction strength threshold and
+    misses the score-over-chance test, L23 H7 misses both; the numbers as `attnviz heads` gives them."""
+    from attnviz.engine.analysing import heads as H
+
+    text = "Dr Zorblax Quintrel met Mrs Vashmere Okkadine in Plumbrook. Later, Dr Zorblax"
+    hs = H.score_result(smollm2.run(text), unknown_ids=H.unknown_token_ids(smollm2))
+    bar, margin = H.THRESHOLDS["induction"], H.CHANCE_MARGIN
+    s, c, ch = (hs.strength["induction"], hs.scores["induction"], hs.chance["induction"])
+    assert s[23, 2] > bar and c[23, 2] < ch[23, 2] + margin  # over one bar, under the other
+    assert s[23, 7] < bar and c[23, 7] < ch[23, 7] + margin  # under both
+    page = _flat("docs/patching.md")
+    assert (f"L23 H2's induction strength, {s[23, 2]:.2f}, is over the {bar:g} threshold, but its "
+            f"induction score, {c[23, 2]:.3f}, is under its chance score {ch[23, 2]:.3f} + {margin:g} = "
+            f"{ch[23, 2] + margin:.3f}; L23 H7 misses both bars (strength {s[23, 7]:.2f}, score "
+            f"{c[23, 7]:.3f})") in page

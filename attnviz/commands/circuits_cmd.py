@@ -13,7 +13,7 @@ from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, non_negative, parse_ids, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
-from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.analysing.predict import TOKEN_RULE, vocab_token
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
@@ -54,8 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     f"layer][later head]; with --head and --token, ov_top. For a model with RoPE: {ROPE_NOTE}.")
     add_model(p)
     p.add_argument("--head", metavar="HEAD", help="head for ov_top, e.g. 3.1 or 'L3 H1' (with --token)")
-    p.add_argument("--token", metavar="TOK",
-                   help="source token for ov_top: an id, a vocabulary string or a text that is one token")
+    p.add_argument("--token", metavar="TOK", help=f"source token for ov_top: {TOKEN_RULE}")
     p.add_argument("--top", type=non_negative, default=10, metavar="K",
                    help="ov_top length (default: 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -72,6 +71,7 @@ def qk_report(model, result, layer: int, head: int, query: int, key: int) -> dic
         "score": a.score, "components": list(a.components), "table": a.table.tolist(),
         "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
         "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top(Q.TOP)],
+        **({"note": a.note} if a.note else {}),
     }
 
 
@@ -93,6 +93,8 @@ def cmd_qk(args) -> int:
           f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
           f"{plain_signed(doc['score'])} (table sum "
           f"{plain_signed(float(np.sum(doc['table'])))}, bias terms {plain_signed(doc['bias'])})")
+    if "note" in doc:
+        print(f"note: {doc['note']}")
     print("largest query x key pairs:")
     for row in doc["top"][:10]:
         print(f"  {row['query']:>10} x {row['key']:<10} {plain_signed(row['value'])}")
@@ -122,15 +124,19 @@ def parse_head(text: str, n_layer: int, n_head: int) -> tuple[int, int]:
 def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
     doc = {
         "model": model.name, "order": ORDER,
-        "copying": None if circ.copying is None else circ.copying.tolist(),
+        "copying": C.copying_numbers(circ.copying),
         "composition": {mode: circ.composition[mode].tolist() for mode in C.MODES},
     }
     if model.config.rope is not None:  # (a model without RoPE has nothing left out: no note, as the tab)
         doc["note"] = ROPE_NOTE
     if circ.copying is None:
         doc["no_copying"] = circ.no_copying
+    elif np.isnan(circ.copying).any():
+        doc["no_copying"] = f"null: {C.HEAD_ZERO_OV}"
     if ov is not None:
         doc["ov_top"] = [{"id": i, "token": t, "value": v} for i, t, v in ov]
+        if not ov:
+            doc["no_ov_top"] = C.WRITES_NOTHING
     return doc
 
 
@@ -155,14 +161,16 @@ def cmd_circuits(args) -> int:
     else:
         print("copying [layer x head]:")
         for layer, row in enumerate(circ.copying):
-            print(f"  L{layer:<3}" + " ".join(plain_signed(v, 2) for v in row))
+            print(f"  L{layer:<3}" + " ".join("  n/a" if np.isnan(v) else plain_signed(v, 2) for v in row))
+        if np.isnan(circ.copying).any():
+            print(f"  n/a: {C.HEAD_ZERO_OV}")
     for mode in C.MODES:
-        s = circ.composition[mode]
-        order = np.argsort(-s, axis=None)[:5]
-        pairs = [np.unravel_index(i, s.shape) for i in order]
-        print(f"{mode}-composition, strongest: " + ", ".join(
-            f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
+        pairs = C.strongest(circ.composition[mode], 5)  # earlier layer -> later layer only
+        print(f"{mode}-composition, strongest: " + (", ".join(
+            f"{head_title(a, b)} -> {head_title(c, d)} {v:.3f}" for a, b, c, d, v in pairs)
+            or "none (one layer: no head has an earlier head to read)"))
     if ov is not None:
-        print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes: "
-              + ", ".join(f"{quoted(t)} {plain_signed(v, 2)}" for _, t, v in ov))
+        print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes"
+              + (": " + ", ".join(f"{quoted(t)} {plain_signed(v, 2)}" for _, t, v in ov) if ov
+                 else f" no top tokens: {C.WRITES_NOTHING}"))
     return 0

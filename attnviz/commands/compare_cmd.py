@@ -162,9 +162,11 @@ def print_report(doc: dict) -> None:
     print(f"{tokens(len(doc['tokens']))}: {' '.join(map(quoted, labels[:24]))}"
           + (" ..." if len(doc["tokens"]) > 24 else ""))
     jsd, top = np.array(doc["heads_jsd"]), np.array(doc["heads_jsd_max"])
-    print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; the "
-          f"{plural(min(MOVED, jsd.size), 'head')} that moved most (mean over query rows, largest row):")
-    for l, h, v in C.moved_most(jsd, MOVED):
+    moved = C.moved_most(jsd, MOVED)
+    print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; " + (
+        f"the {plural(len(moved), 'head')} that moved most (mean over query rows, largest row):" if moved
+        else "no head moved: every head's JSD is exactly 0"))
+    for l, h, v in moved:
         print(f"  {head_title(l, h):<9} {v:<10.3g} max {top[l, h]:.3g}")
     cos = np.array(doc["resid_cos"])
     print(f"residual stream cosine: lowest {cos.min():.6f} after L{int(cos.argmin())}, "

@@ -11,7 +11,7 @@ from attnviz.engine.reading.token_text import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import add_model, check_out, non_negative, prediction_head, refuse_options, show_notice
 from attnviz.engine import DEFAULT_TEXT, load_model
-from attnviz.engine.analysing.predict import ALT_RULE
+from attnviz.engine.analysing.predict import ALT_RULE, TOKEN_RULE
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
@@ -51,9 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "lens, dla: the window's What heads do views at --position (any format)")
     p.add_argument("--position", type=int, metavar="P",
                    help="prediction, lens, dla: the query token (default: the last; negative from the end)")
-    p.add_argument("--target", help="prediction, lens, dla: the target token (default: the clean "
-                                    "run's top-1)")
-    p.add_argument("--alt", help=f"dla: the alternative token (default: {ALT_RULE})")
+    p.add_argument("--target", help=f"prediction, lens, dla: the target token, {TOKEN_RULE} (default: "
+                                    "the clean run's top-1)")
+    p.add_argument("--alt", help=f"dla: the alternative token, typed as --target is (default: {ALT_RULE})")
     p.add_argument("--ablate", metavar="HEAD[,HEAD...]",
                    help="prediction, lens, dla: switch these heads off first (e.g. 3.1 or 'L3 H1')")
     p.add_argument("--ablate-mode", choices=("zero", "mean"),

@@ -19,9 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate up to --max-new tokens after the prompt, one KV-cached step each: "
                     "greedy by default, or drawn at --temperature from the --top-p most likely "
                     "tokens with --seed. Stops at the model's end-of-sequence token unless "
-                    "--ignore-eos. Each step reports its token, the model's top-5 (with each one's "
-                    "probability in the draw when sampling) and "
-                    "the bytes of K and V the engine held when it was chosen.")
+                    "--ignore-eos. Prints the prompt with the new tokens, then one line: how many "
+                    "were made, why it stopped, and the bytes of K and V at the last step (and held "
+                    "with their room for the next positions). Only --json reports each step: its "
+                    "token, the model's top-5 (with each one's probability in the draw when "
+                    "sampling) and the bytes of K and V the engine held when it was chosen.")
     add_model(p, "a causal language model")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="the prompt (the model's special tokens are added)")
@@ -37,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the sampler")
     p.add_argument("--ignore-eos", action="store_true",
                    help="go on past the model's end-of-sequence token")
-    p.add_argument("--json", action="store_true", help="print the run as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the run as JSON, with every step's report")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_generate)
 

@@ -12,7 +12,7 @@ from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.commands.checks import add_model, parse_ids, prediction_head
 from attnviz.engine import load_model
 from attnviz.engine.analysing import patching as PT
-from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.analysing.predict import TOKEN_RULE, vocab_token
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
@@ -44,11 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--position", type=int, metavar="P",
                    help="token index the metric reads (negative: from the end; default: the last)")
     p.add_argument("--target", metavar="TOKEN",
-                   help="an id, a vocabulary string or a text that is one token (default: the clean "
-                        "run's top-1)")
+                   help=f"{TOKEN_RULE} (default: the clean run's top-1)")
     p.add_argument("--alt", metavar="TOKEN",
-                   help="the other token (default: the corrupted run's top-1, or its second when "
-                        "that is the target)")
+                   help="the other token, typed as --target is (default: the corrupted run's top-1, "
+                        "or its second when that is the target)")
     p.add_argument("--direction", choices=PT.DIRECTIONS, default="denoise",
                    help="denoise: the corrupted run with clean pieces (default); noise: the clean "
                         "run with corrupted pieces")
@@ -76,7 +75,7 @@ def patch_report(model, result: PT.Patching, tokens_clean, tokens_corrupt) -> di
             "tokens_corrupt": list(tokens_corrupt), "position": m.position, "target": m.target,
             "alt": m.alt, "diff_clean": m.diff_clean, "diff_corrupt": m.diff_corrupt,
             "direction": result.direction, "what": result.what, "effect": result.effect.tolist(),
-            "seconds": result.seconds}
+            "seconds": result.seconds, **({"note": result.note} if result.note else {})}
 
 
 def describe_index(what: str, index: tuple, tokens_clean, tokens_corrupt) -> str:
@@ -125,6 +124,8 @@ def cmd_patch(args) -> int:
           f"{quoted(token_text(model, m.alt))}): clean {plain_signed(m.diff_clean, 3)}, corrupted "
           f"{plain_signed(m.diff_corrupt, 3)}")
     base = PT.unpatched(result.direction)
+    if result.note:
+        print(f"note: {result.note}")
     print(f"effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt), {base:g} where "
           f"nothing changes; largest |effect{' - 1' if base else ''}|:")
     for index, e in PT.ranked(result, TOP):

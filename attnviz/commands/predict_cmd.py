@@ -40,9 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="token index to predict after (negative: from the end; default: the last)")
     p.add_argument("--top", type=positive, default=10, metavar="K", help="top tokens (default: 10)")
     p.add_argument("--target", metavar="TOKEN",
-                   help="token for the DLA and the lens: an id, a vocabulary string or a text that is "
-                        "one token (default: the clean run's top-1)")
-    p.add_argument("--alt", metavar="TOKEN", help=f"the DLA's other token (default: {P.ALT_RULE})")
+                   help=f"token for the DLA and the lens: {P.TOKEN_RULE} (default: the clean run's top-1)")
+    p.add_argument("--alt", metavar="TOKEN",
+                   help=f"the DLA's other token, typed as --target is (default: {P.ALT_RULE})")
     p.add_argument("--ablate", metavar="HEAD[,HEAD...]", help="heads to switch off, e.g. 3.1,5.0 or 'L3 H1,L5 H0'")
     p.add_argument("--ablate-mode", choices=A.MODES, default="zero",
                    help="replace the heads' outputs by zero or by their mean over this text's "
@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--position", type=int, metavar="P",
                    help="--loss next: token index to predict after (default: the last)")
     p.add_argument("--target", metavar="TOKEN",
-                   help="--loss next: the token whose loss counts (default: the clean top-1)")
+                   help=f"--loss next: the token whose loss counts, {P.TOKEN_RULE} (default: the clean "
+                        "top-1)")
     p.add_argument("--threads", type=positive, default=cores(), metavar="N",
                    help="a layer's heads run on N threads, one BLAS thread each (default: the "
                         f"cores, {cores()} here)")

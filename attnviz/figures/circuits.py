@@ -20,7 +20,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.engine.reading.token_text import plural
-from attnviz.engine.analysing.circuits import MODES
+from attnviz.engine.analysing.circuits import HEAD_ZERO_OV, MODES, WRITES_NOTHING, copying_numbers, strongest
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
@@ -40,14 +40,8 @@ WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the sent
 def partners(composition: dict, layer: int, head: int, n: int = PARTNERS) -> dict:
     """mode -> the n earlier heads with the largest composition into (layer, head), largest first,
     as (layer, head, score); none for a head of the first layer."""
-    out = {}
-    for mode in MODES:
-        c = np.asarray(composition[mode])[:layer, :, layer, head]  # [layer, n_head] earlier heads
-        flat = c.reshape(-1)
-        order = np.argsort(-flat, kind="stable")[:n]
-        H = c.shape[1] if c.ndim == 2 else 1
-        out[mode] = [(int(i // H), int(i % H), float(flat[i])) for i in order]
-    return out
+    return {mode: [(l1, h1, v) for l1, h1, _, _, v in strongest(composition[mode], n, (layer, head))]
+            for mode in MODES}
 
 
 @dataclass(frozen=True)
@@ -88,8 +82,11 @@ class CircuitsView:
         if self.copying is not None:
             c = np.asarray(self.copying)
             v = float(c[self.focus])
+            scored = int(np.isfinite(c).sum())  # (a head whose OV circuit is zero has no score)
             rank = int((c > v).sum()) + 1
-            out.append(f"{name}: OV copying {signed(v, 3)}, rank {rank} of {plural(c.size, 'head')} (1: the highest).")
+            out.append(f"{name}: no OV copying score: {HEAD_ZERO_OV}." if np.isnan(v) else
+                       f"{name}: OV copying {signed(v, 3)}, rank {rank} of {plural(scored, 'head')}"
+                       f"{' with a score' if scored < c.size else ''} (1: the highest).")
         parts = self.partners()
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")
@@ -103,7 +100,9 @@ class CircuitsView:
         if self.ov is not None:
             layer, head, _tid, text, top = self.ov
             out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes, in logits: "
-                       + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top))
+                       + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top) if top else
+                       f"{head_title(layer, head)} attending to {quoted(text)} writes no top tokens: "
+                       f"{WRITES_NOTHING}.")
         return out
 
 
@@ -123,7 +122,8 @@ def copying_map(view: CircuitsView) -> headmap.HeadMap | None:
     if view.copying is None:
         return None
     return headmap.HeadMap("OV copying score: Re(Σλ) / Σ|λ| of W_E W_V W_O W_U (1:\u00a0copies)",
-                           np.asarray(view.copying), "copying", view.kv_group, focus=view.focus)
+                           np.asarray(view.copying), "copying", view.kv_group, focus=view.focus,
+                           absent=f"no score: {HEAD_ZERO_OV}")
 
 
 @dataclass
@@ -200,10 +200,12 @@ png_bytes, svg_bytes = figure_exports(layout, paint, lambda _view: "attnviz circ
 def numbers(view: CircuitsView) -> dict:
     """`attnviz circuits --json`'s keys, with the focused head's partners and the note."""
     out = {"model": view.model, **({"note": view.note()} if view.note() else {}),
-           "copying": None if view.copying is None else np.asarray(view.copying).tolist(),
+           "copying": copying_numbers(view.copying),
            "composition": {m: np.asarray(view.composition[m]).tolist() for m in MODES}}
     if view.copying is None:
         out["no_copying"] = view.no_copying
+    elif np.isnan(view.copying).any():  # (attnviz circuits --json's words)
+        out["no_copying"] = f"null: {HEAD_ZERO_OV}"
     if view.focus is not None:
         out["focus"] = {"layer": view.focus[0], "head": view.focus[1]}
         out["partners"] = {m: [{"layer": l, "head": h, "score": v, "role": view.badges.get((l, h), "")}
@@ -212,6 +214,8 @@ def numbers(view: CircuitsView) -> dict:
         layer, head, tid, text, top = view.ov
         out["ov_head"] = {"layer": layer, "head": head, "token_id": tid, "token": text}
         out["ov_top"] = [{"id": int(i), "token": t, "value": float(v)} for i, t, v in top]
+        if not top:
+            out["no_ov_top"] = WRITES_NOTHING
     return out
 
 
@@ -223,7 +227,8 @@ def number_bytes(view: CircuitsView, fmt: str) -> bytes:
             raise ExportError(f"there is no copying map to write as CSV, because {view.no_copying}")
         c = np.asarray(view.copying)
         lines = [",".join(["layer", *(f"H{h}" for h in range(c.shape[1]))])]
-        lines += [",".join([f"L{l}", *(repr(float(v)) for v in c[l])]) for l in range(c.shape[0])]
+        lines += [",".join([f"L{l}", *("" if np.isnan(v) else repr(float(v)) for v in c[l])])
+                  for l in range(c.shape[0])]  # (an empty cell: no score, 0 / 0)
         return ("\n".join(lines) + "\n").encode("utf-8")
     raise ExportError(f"the Circuits view exports as .png, .svg, .json or .csv, not .{fmt}")
 

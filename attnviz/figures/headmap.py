@@ -20,7 +20,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.render import TEXT, figure_font
-from attnviz.figures.style import ERROR, FOCUS
+from attnviz.figures.style import ERROR, FOCUS, NO_VALUE_CHOICES, NO_VALUE_DISTANCE, colour_distance
 from attnviz.figures.text_wrap import wrap
 from attnviz.figures.numbers import plain_number, signed
 from attnviz.figures.painted import painted_cell, painted_in
@@ -29,6 +29,9 @@ TITLE_LINES = 2  # the title, and the caption under it, each wrap to at most thi
 TEXT_DARK = TEXT  # the paper ink (render.py): the maps are drawn on white, in the window too
 GRID_LINE = QColor(0, 0, 0, 40)
 MARK = QColor(ERROR)  # a switched-off head: crossed out
+# (word, rgb) of a head with no value (NaN): far from every colour of the diverging map
+ABSENT = next((c for c in NO_VALUE_CHOICES if colour_distance(c[1], DIVERGING) >= NO_VALUE_DISTANCE),
+              NO_VALUE_CHOICES[0])
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class HeadMap:
     nonnegative: bool = False  # values never below 0 (a divergence): only white (0) .. red is used
     notes: tuple = ()  # what each bottom-row cell is, for its hover (one per extra, or none)
     note: str = ""  # what the values leave out, first in the caption (a line more for it)
+    absent: str = ""  # what a head's NaN value means, for its hover (its cell painted ABSENT)
 
     def scale_text(self) -> str:
         """What the colours mean, for the caption, with the cells beyond the heads' limit (an MLP,
@@ -61,6 +65,8 @@ class HeadMap:
         if over:
             top = max(v for _, v in over)
             text += f" ({', '.join(n for n, _ in over)} up to \u00b1{plain_number(top)}: clipped)"
+        if np.isnan(np.asarray(self.values, dtype=np.float64)).any():
+            text += f"; {ABSENT[0]}: no value"
         return text
 
     @property
@@ -210,7 +216,7 @@ def colour(value: float, lim: float) -> QColor:
 def colour_indices(values, lim: float) -> np.ndarray:  # [...] -> [...] int64 in 0..255
     """colour()'s index into DIVERGING for every value at once (finite values); a limit of 0 paints
     0 white and any other value at the end of its sign (beyond the limit: clipped)."""
-    v = np.asarray(values, dtype=np.float64)
+    v = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0)  # (paint leaves a NaN cell out)
     scaled = v / lim if lim > 0 else np.sign(v) * 2.0
     return np.clip((scaled + 1) * 127.5, 0, 255).astype(np.int64)
 
@@ -242,11 +248,12 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     p.setPen(Qt.PenStyle.NoPen)
     table = colour_table()
     cells = colour_indices(hm.values, lim)  # [n_layer, n_head] (one NumPy pass: a map repaints per keystroke)
+    absent = np.isnan(np.asarray(hm.values, dtype=np.float64))  # no value: ABSENT
     xs, ys = (lay.x_layers, lay.y_heads) if lay.across else (lay.x_heads, lay.y_layers)
     for l in range(n_layer):
         for h in range(n_head):
             x, y = (float(xs[l]), float(ys[h])) if lay.across else (float(xs[h]), float(ys[l]))
-            p.fillRect(QRectF(x, y, c, c), table[cells[l, h]])
+            p.fillRect(QRectF(x, y, c, c), QColor(*ABSENT[1]) if absent[l, h] else table[cells[l, h]])
         if hm.column is not None:
             p.fillRect(QRectF(lay.x_column, lay.y_layers[l], c, c), colour(float(hm.column[1][l]), lim))
     for r, (_name, v) in zip(lay.extra_rects, hm.extras):
@@ -388,6 +395,8 @@ def readout(hm: HeadMap, what) -> str:
     if what[0] == "head":
         _, l, h = what
         off = "  (switched off)" if (l, h) in hm.marked else ""
+        if np.isnan(hm.values[l, h]):
+            return f"{head_title(l, h)}: {hm.absent or 'no value'}{off}"
         return f"{head_title(l, h)}: {signed(float(hm.values[l, h]))} {hm.unit}{off}"
     if what[0] == "column":
         return f"L{what[1]} {hm.column[0]}: {signed(float(hm.column[1][what[1]]))} {hm.unit}"

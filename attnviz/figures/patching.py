@@ -75,6 +75,7 @@ class PatchView:
     display: tuple = ()  # (key, value) of the window's view the sidecar records (layer, colormap...)
     labels_clean: tuple = ()  # readable labels of the tokens (the grid's); () : the tokens
     labels_corrupt: tuple = ()
+    note: str = ""  # what the map cannot show (patching.Patching.note)
 
     def label(self, t: int, corrupt: bool = False) -> str:
         labels = (self.labels_corrupt or self.tokens_corrupt) if corrupt else (self.labels_clean or self.tokens_clean)
@@ -132,7 +133,8 @@ class PatchView:
         return (f"at {self.position} {quoted(self.label(self.position))}: diff = logit({quoted(self.target_text)}) "
                 f"\u2212 logit({quoted(self.alt_text)}); clean {signed(self.diff_clean)}, corrupted "
                 f"{signed(self.diff_corrupt)}; {EFFECT_READS.get(self.direction, '')}"
-                + (f"; {no_value_word(self.colormap)}: not run" if not np.isfinite(self.values).all() else ""))
+                + (f"; {no_value_word(self.colormap)}: not run" if not np.isfinite(self.values).all() else "")
+                + (f". Note: {self.note}" if self.note else ""))
 
 
 def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,
@@ -144,7 +146,8 @@ def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_tex
                      target_text, alt_text, m.diff_clean, m.diff_corrupt,
                      layer if result.what == "head_out_by_pos" else None,
                      None if kv_group is None else np.asarray(kv_group), focus, text, corrupt,
-                     tuple((display or {}).items()), tuple(labels[0]), tuple(labels[1]))
+                     tuple((display or {}).items()), tuple(labels[0]), tuple(labels[1]),
+                     getattr(result, "note", ""))
 
 
 @dataclass
@@ -330,7 +333,8 @@ def numbers(view: PatchView) -> dict:
             "target": view.target, "alt": view.alt, "diff_clean": view.diff_clean,
             "diff_corrupt": view.diff_corrupt, "direction": view.direction, "what": view.what,
             "patch_layer": view.layer,
-            "effect": json.loads(json.dumps(eff.tolist()).replace("NaN", "null"))}
+            "effect": json.loads(json.dumps(eff.tolist()).replace("NaN", "null")),
+            **({"note": view.note} if view.note else {})}
 
 
 def number_bytes(view: PatchView, fmt: str) -> bytes:

@@ -69,8 +69,10 @@ class WhyView:
 
     def subtitle(self) -> str:
         words = share_words(self)
+        note = self.attribution.note
         return (f"score {signed(self.attribution.score)} (before the softmax); parts add to "
-                f"{signed(self.attribution.total())}{'; ' + words if words else ''} · {self.model}")
+                f"{signed(self.attribution.total())}{'; ' + words if words else ''}{'; ' + note if note else ''}"
+                f" · {self.model}")
 
 
 def why_view(attribution: QKAttribution, *, model: str, result, display: dict | None = None) -> WhyView:
@@ -310,7 +312,8 @@ def numbers(view: WhyView) -> dict:
             "head": a.head, "query": a.query, "key": a.key, "score": a.score,
             "components": list(a.components), "table": a.table.tolist(),
             "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
-            "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top()]}
+            "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top()],
+            **({"note": a.note} if a.note else {})}
 
 
 def number_bytes(view: WhyView, fmt: str) -> bytes:

@@ -57,7 +57,7 @@ def test_qk_attribution_refuses_bad_cells_in_one_line(cli, argv, words):
 
 
 def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(cli):
-    rc, out, _ = cli("circuits", "--model", GPT2, "--head", "1.2", "--token", "7", "--json")
+    rc, out, _ = cli("circuits", "--model", GPT2, "--head", "1.2", "--token", "#7", "--json")
     assert rc == 0
     doc = json.loads(out)
     model = load_model(GPT2)
@@ -91,9 +91,9 @@ def test_circuits_without_a_head_prints_the_copying_map(cli):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "5"), "read through the model's unembedding"),
+    (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "#5"), "read through the model's unembedding"),
     (("--model", GPT2, "--head", "0.0"), "--head and --token go together"),
-    (("--model", GPT2, "--head", "9.0", "--token", "5"), "--head: head 9.0 is outside this model's layers 0..1"),
+    (("--model", GPT2, "--head", "9.0", "--token", "#5"), "--head: head 9.0 is outside this model's layers 0..1"),
 ])
 def test_circuits_refusals_are_one_line(cli, argv, words):
     rc, out, err = cli("circuits", *argv)
@@ -123,3 +123,21 @@ def test_circuits_head_is_read_and_refused_as_the_ablation_tab_reads_it():
             A.parse_heads(typed, n_layer, 9)
         assert str(cli_said.value) == f"--head: {tab_said.value}"
 
+
+
+def test_a_model_whose_ov_circuits_are_zero_shows_no_copying_and_no_top_tokens(cli):
+    """attnviz-textbook: every head's W_E W_V W_O W_U is exactly zero, so no copying score (0 / 0)
+    and no ranked top tokens; its strongest composition pairs are earlier layer -> later layer."""
+    rc, out, _ = cli("circuits", "--model", "attnviz-textbook", "--head", "1.0", "--token", "cat")
+    assert rc == 0
+    assert f"copying: none ({C.ZERO_OV})" in out and "+0.00" not in out
+    assert out.rstrip().endswith(f"head 1.0 attending to 'cat' (11) writes no top tokens: {C.WRITES_NOTHING}")
+    strongest = [s for s in out.splitlines() if "-composition, strongest: " in s]
+    assert len(strongest) == 3
+    for line in strongest:
+        pairs = line.split(": ", 1)[1].split(", ")
+        assert len(pairs) == 5 and all(p.startswith("L0 H") and " -> L1 H" in p for p in pairs), line
+    rc, out, _ = cli("circuits", "--model", "attnviz-textbook", "--head", "1.0", "--token", "cat", "--json")
+    doc = json.loads(out)
+    assert doc["copying"] is None and doc["no_copying"] == C.ZERO_OV
+    assert doc["ov_top"] == [] and doc["no_ov_top"] == C.WRITES_NOTHING

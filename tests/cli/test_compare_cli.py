@@ -72,6 +72,15 @@ def test_the_report_lists_moved_heads_kld_top1_flips_and_induction(cli, nudged):
     assert "lost in B: 0" in out
 
 
+def test_a_b_with_no_head_moved_lists_none_as_moved(cli):
+    """A model against itself: every head's JSD is exactly 0, and the report says so in place of
+    a list of heads "that moved most" by 0."""
+    rc, out, _ = cli("compare", "--model", LLAMA, "--against", LLAMA, "--ids", IDS)
+    assert rc == 0
+    assert "attention JSD (bits), mean over heads 0; no head moved: every head's JSD is exactly 0\n" in out
+    assert "moved most" not in out and not any(s.startswith("  L") for s in out.splitlines())
+
+
 def test_checkpoints_of_one_model_lose_the_induction_heads(cli, toy):
     rc, out, _ = cli("compare", "--model", "attnviz-toy-stdlib", "--against-checkpoint", "0",
                      "--probe", "--json")

@@ -76,3 +76,21 @@ def test_the_summary_line_gives_sizes_as_the_panel_does_with_the_exact_bytes_bes
     assert last.endswith(f"K and V at the last step: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes) "
                          f"for {step.T} tokens; held with their arrays' room for the next positions: "
                          f"{format_bytes(step.kv_held)} ({step.kv_held:,} bytes)"), last
+
+
+def test_the_help_says_what_plain_output_prints_and_that_only_json_reports_each_step(capsys):
+    """Plain output is the text and one summary line (no per-step tokens, top-5 or bytes): the help
+    says so, and that the per-step reports are --json's."""
+    import re
+
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    said = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert ("Prints the prompt with the new tokens, then one line: how many were made, why it stopped, "
+            "and the bytes of K and V at the last step") in said
+    assert "Only --json reports each step: its token, the model's top-5" in said
+    assert "print the run as JSON, with every step's report" in said
+    assert main(["generate", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4,1,5", "--max-new", "3",
+                 "--ignore-eos"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("-- 3 new tokens: "), lines

@@ -45,7 +45,7 @@ def test_json_has_the_interface_keys_and_the_engines_numbers(cli, what):
 
 def test_options_reach_the_engine(cli):
     rc, out, _ = cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
-                     "--what", "resid", "--position", "-2", "--target", "7", "--alt", "9",
+                     "--what", "resid", "--position", "-2", "--target", "#7", "--alt", "#9",
                      "--direction", "noise", "--json")
     assert rc == 0
     doc = json.loads(out)
@@ -90,12 +90,18 @@ def test_the_noise_table_lists_the_largest_changes_from_1(cli, text_model):
      "the clean text is 7 tokens and the corrupted text 3: patching needs texts of one length"),
     (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--position", "7"],
      "position 7 is outside the 7 tokens"),
-    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "64"],
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "#64"],
      "token id 64 is outside the vocabulary 0..63"),
     (["--ids-clean", CLEAN, "--ids-corrupt", CLEAN],  # (before the diffs: their spread of 0 is not the fault)
      "error: the clean and corrupted texts are the same 7 tokens: patching needs a corrupted text that differs"),
     (["--ids-clean", CLEAN, "--ids-corrupt", "3,1,x"], "--ids-corrupt '3,1,x': 'x' at position 2"),
-    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "5", "--alt", "5"], "same token"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "#5", "--alt", "#5"], "same token"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "7"],  # (a number alone is text)
+     "gpt2 has no tokenizer: give the token as an id, #id"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--position", "2"],  # (not float32 rounding)
+     "error: the clean and corrupted texts first differ at token 3 '1'/'7', after position 2: under the "
+     "causal mask position 2 sees no later token, so both runs are the same there and no patch can move "
+     "the diff; pick a position from 3 to 6$"),
 ])
 def test_bad_input_gets_one_line(cli, argv, message):
     rc, out, err = cli("patch", "--model", GPT2, "--what", "resid", *argv)
@@ -182,3 +188,45 @@ def test_the_tables_label_tokens_as_the_window_does(cli, tmp_path):
     assert rc == 0
     assert "at token 1 'Mary'" in out.splitlines()[0]
     assert "at 1 'Mary'/'John'" in out and "·Mary" not in out
+
+
+def test_mlp_out_of_the_attention_only_toy_is_noted_above_its_table(cli, toy):
+    """The toy's MLPs are stored as zeros: the table of +0.000 comes under a line saying why."""
+    args = ("patch", "--model", "attnviz-toy-stdlib", "--clean", "def add(a, b): return a + b",
+            "--corrupt", "def add(a, c): return a + c")
+    rc, out, _ = cli(*args, "--what", "mlp_out")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[2] == ("note: attnviz-toy-stdlib's MLPs are stored as zeros (an attention-only model): "
+                        "each writes exactly 0, so patching its output changes nothing")
+    assert lines[3].startswith("effect = ")
+    rc, out, _ = cli(*args, "--what", "mlp_out", "--json")
+    assert json.loads(out)["note"] == lines[2][len("note: "):]
+    rc, out, _ = cli(*args, "--what", "resid")
+    assert "note:" not in out and "stored as zeros" not in out
+
+
+def test_a_number_typed_as_a_token_is_its_text_in_every_command_as_in_the_tab(cli, toy):
+    """One rule (predict.vocab_token) for the Patching tab's Target and Alt and every command's
+    token options: `1` is the token "1", `#1` the id 1, here and in predict, ablation-scan,
+    circuits and export alike."""
+    from attnviz.ui.machinery.patch_jobs import check
+
+    one = toy.tokenizer.token_to_id("1")
+    assert one != 1
+    texts = ("def add(a, b): return a + b", "def add(a, c): return a + c")
+    assert check(toy, *texts, "head_out", 0, "denoise", "1", "#1").target == one  # the tab
+    assert check(toy, *texts, "head_out", 0, "denoise", "1", "#1").alt == 1
+    base = ("--model", "attnviz-toy-stdlib")
+    rc, out, err = cli("patch", *base, "--clean", texts[0], "--corrupt", texts[1], "--what", "head_out",
+                       "--target", "1", "--alt", "#1", "--json")
+    assert rc == 0, err
+    assert (json.loads(out)["target"], json.loads(out)["alt"]) == (one, 1)
+    rc, out, err = cli("predict", *base, "--text", texts[0], "--target", "1", "--alt", "#1", "--json")
+    assert rc == 0, err
+    assert (json.loads(out)["target"], json.loads(out)["alt"]) == (one, 1)
+    rc, out, err = cli("ablation-scan", *base, "--text", texts[0], "--target", "1", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["target"] == one
+    rc, out, err = cli("circuits", *base, "--head", "1.0", "--token", "1")
+    assert rc == 0 and f"attending to '1' ({one}) writes" in out, err

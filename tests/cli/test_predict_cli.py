@@ -40,7 +40,7 @@ def test_predict_json_has_the_interface_keys_and_the_engines_numbers(cli):
 
 
 def test_predict_with_an_ablation_marks_it_and_compares_with_the_clean_run(cli):
-    argv = ["predict", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--target", "7", "--alt", "9"]
+    argv = ["predict", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--target", "#7", "--alt", "#9"]
     _, clean, _ = cli(*argv, "--json")
     rc, out, _ = cli(*argv, "--ablate", "1.0,1.2", "--knockout", "0-1:6-2", "--json")
     assert rc == 0
@@ -130,7 +130,7 @@ def test_predict_and_export_give_the_dla_the_same_default_alternative(cli, capsy
     rc, out, _ = cli("predict", "--model", GPT2, "--ids", ids, "--top", "3", "--json")
     top = [t["id"] for t in json.loads(out)["top"]]
     for target, alt in ((top[0], top[1]), (top[1], top[0]), (top[2], top[0])):
-        rc, out, err = cli("predict", "--model", GPT2, "--ids", ids, "--target", str(target), "--json")
+        rc, out, err = cli("predict", "--model", GPT2, "--ids", ids, "--target", f"#{target}", "--json")
         assert rc == 0, err
         assert (json.loads(out)["target"], json.loads(out)["alt"]) == (target, alt)
         rc, _, err = cli("export", "--model", GPT2, "--text", ids.replace(",", ", "), "--view", "dla",

@@ -123,7 +123,8 @@ def test_a_copy_only_textbook_head_scores_copying_one(tmp_path):
     model = _copying_textbook(tmp_path)
     c = C.copying_scores(model)
     assert c[1, 2] == pytest.approx(1.0, abs=1e-6)
-    assert c[1, 0] == 0.0  # no value weights: nothing written
+    assert np.isnan(c[1, 0])  # no value weights: W_E W_V W_O W_U is zero, its score 0 / 0
+    assert C.circuits(model).copying is not None  # (one head copies: the map is there)
     top = C.ov_top(model, 1, 2, textbook.VOCAB.index("cat"), k=1)
     assert top[0][0] == textbook.VOCAB.index("cat")
     comp = C.composition_scores(model)
@@ -177,3 +178,28 @@ def test_packed_grams_give_the_inner_product_of_the_dense_grams(d, block):
     got = C.packed_grams(p, layout, twice=True) @ C.packed_grams(s, layout).T  # [n, n]
     want = np.einsum("aij,bij->ab", p @ p.transpose(0, 2, 1), s @ s.transpose(0, 2, 1))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_model_whose_every_ov_circuit_is_zero_has_no_copying_and_no_top_tokens():
+    """The textbook model's heads write nothing through W_E W_V W_O W_U: each copying score is
+    0 / 0 (not +0.00), so the map is absent with the reason, and no token ranks above another."""
+    model = load_model(textbook.TEXTBOOK_NAME)
+    assert np.isnan(C.copying_scores(model)).all()
+    c = C.circuits(model)
+    assert c.copying is None and c.no_copying == C.ZERO_OV
+    assert C.ov_top(model, 1, 0, textbook.VOCAB.index("cat")) == []
+    assert C.copying_numbers(np.array([[np.nan, 0.5]])) == [[None, 0.5]]
+
+
+def test_strongest_composition_pairs_are_earlier_layer_into_later_layer_only():
+    """No self pair and no pair within one layer (their 0 is no score), for the whole model and
+    into one head (the Circuits tab's partners)."""
+    model = load_model(textbook.TEXTBOOK_NAME)  # 2 layers of 3 heads: 9 defined pairs
+    comp = C.composition_scores(model)["q"]
+    every = C.strongest(comp, 100)
+    assert len(every) == 9 and all(l1 < l2 for l1, _, l2, _, _ in every)
+    assert [v for *_, v in every] == sorted((v for *_, v in every), reverse=True)
+    assert C.strongest(comp, 5, into=(1, 2)) == [(0, h, 1, 2, comp[0, h, 1, 2]) for h in
+                                                 np.argsort(-comp[0, :, 1, 2], kind="stable")]
+    assert C.strongest(comp, 5, into=(0, 1)) == []  # the first layer reads no earlier head
+    assert C.strongest(np.zeros((1, 4, 1, 4)), 5) == []

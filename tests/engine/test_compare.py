@@ -218,6 +218,9 @@ def test_real_models_against_themselves_are_exact(minilm, smollm2, toy):
 def test_moved_most_ranks_heads_by_jsd():
     jsd = np.array([[0.1, 0.5], [0.3, 0.5]])
     assert C.moved_most(jsd, 3) == [(0, 1, 0.5), (1, 1, 0.5), (1, 0, 0.3)]
+    # a head whose JSD is exactly 0 did not move: never listed, even to fill n
+    assert C.moved_most(np.array([[0.0, 2e-9], [0.0, 0.0]]), 3) == [(0, 1, 2e-9)]
+    assert C.moved_most(np.zeros((2, 2)), 3) == []
 
 
 def test_a_decoder_without_an_unembedding_has_no_next_token_numbers(tiny):

@@ -168,6 +168,20 @@ def test_defaults_and_refusals_of_the_metric(family):
         PT.patch(model, pair.a.ids, pair.b.ids, "resid", position=9)
 
 
+def test_a_position_before_the_first_difference_is_refused_as_that(family):
+    """Under the causal mask a position before the first token the texts differ in sees none of
+    them: both runs agree there, and the refusal says so (not float32 rounding) and names it."""
+    model, head, pair, metric = family
+    want = (r"the clean and corrupted texts first differ at token 3 '.*'/'.*', after position 2: under "
+            r"the causal mask position 2 sees no later token, so both runs are the same there and no "
+            r"patch can move the diff; pick a position from 3 to 8$")
+    with pytest.raises(InputError, match=want):
+        PT.patch(model, pair.a.ids, pair.b.ids, "resid", position=2)
+    with pytest.raises(InputError, match=want):
+        PT.metric_of(model, head, pair, 2)
+    assert PT.metric_of(model, head, pair, 3).position == 3
+
+
 def test_lengths_and_empty_texts_are_refused_in_one_line():
     model = load_model(FIXTURES / "llama_gqa")
     with pytest.raises(InputError, match="clean text is 9 tokens and the corrupted text 8"):

@@ -156,13 +156,14 @@ def test_an_encoder_whose_file_holds_an_mlm_head_is_not_said_to_lack_one(tmp_pat
 
 def test_vocab_tokens_and_positions_are_checked(models):
     model = models["llama_gqa"]  # no tokenizer: ids only
-    assert P.vocab_token(model, "7") == 7
+    assert P.vocab_token(model, "#7") == 7
     with pytest.raises(InputError, match="outside the vocabulary"):
-        P.vocab_token(model, str(model.config.vocab_size))
-    with pytest.raises(InputError, match="no tokenizer"):
-        P.vocab_token(model, "the")
+        P.vocab_token(model, f"#{model.config.vocab_size}")
+    for typed in ("the", "7"):  # (a number alone is text, here as anywhere)
+        with pytest.raises(InputError, match="no tokenizer: give the token as an id, #id"):
+            P.vocab_token(model, typed)
     # an id longer than int() reads (4,300 digits) is outside the vocabulary too, named shortened
-    for typed in ("#" + "9" * 5000, "9" * 5000, "# -" + "9" * 5000):
+    for typed in ("#" + "9" * 5000, "# -" + "9" * 5000):
         with pytest.raises(InputError, match=r"^token id -?9{12}… \(5000 digits\) is outside the "
                                              rf"vocabulary 0\.\.{model.config.vocab_size - 1}$"):
             P.vocab_token(model, typed)
@@ -170,6 +171,12 @@ def test_vocab_tokens_and_positions_are_checked(models):
     with pytest.raises(InputError, match="outside the 11 tokens"):
         P.position_index(11, 11)
     assert P.position_index(11, -11) == 0
+
+
+def test_a_number_alone_is_the_token_of_that_text_and_hash_n_the_id_n(toy):
+    """One rule, the window's and the command line's: "1" is the token "1", "#1" the id 1."""
+    assert P.vocab_token(toy, "1") == toy.tokenizer.token_to_id("1") != 1
+    assert P.vocab_token(toy, "#1") == 1 and P.vocab_token(toy, "# 1") == 1
 
 
 def test_smollm2_predicts_the_repeated_token_and_gguf_vocab_strings_resolve(smollm2):

@@ -89,3 +89,17 @@ def test_smollm2_lists_add_up(smollm2):
     a, secs = _lists(smollm2, 18, 6, 9, 2)
     _check(a, secs)
     assert all(not s.rows[-1].components for s in secs)  # 182 parts: each list leaves some out
+
+
+def test_the_attention_only_toy_s_mlp_parts_are_noted_as_zeros(toy):
+    """The toy's MLPs are stored as zeros: the subtitle (on screen and in an export) and the numbers
+    say its L0 MLP part is 0 but for rounding; the parts still add to the score."""
+    a, view = _view(toy, 1, 0, 8, 3)
+    assert "L0.mlp" in a.components and abs(a.table[a.components.index("L0.mlp")]).max() < 1e-6
+    note = ("attnviz-toy-stdlib's MLPs are stored as zeros (an attention-only model): each writes "
+            "exactly 0, so its MLP parts here are 0 but for float rounding")
+    assert view.subtitle().endswith(f"; {note} \u00b7 attnviz-toy-stdlib"), view.subtitle()
+    assert why.numbers(view)["note"] == note
+    _check(a, why.sections(view))
+    gpt2 = _view(load_model(FIXTURES / "gpt2"), 1, 0, 8, 3)[1]
+    assert "stored as zeros" not in gpt2.subtitle() and "note" not in why.numbers(gpt2)

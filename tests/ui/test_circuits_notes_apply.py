@@ -122,3 +122,19 @@ def test_a_decoder_whose_file_lacks_its_unembedding_is_told_what_is_missing(qtbo
     box = view.rect().adjusted(8, 8, -8, -8)
     flags = Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap
     assert box.contains(view.fontMetrics().boundingRect(box, flags, view.empty_text))
+
+
+def test_a_model_whose_ov_circuits_are_zero_is_told_why_it_has_no_copying_map(qtbot, tmp_path):
+    """The textbook decoder: every head's W_E W_V W_O W_U is exactly zero, so no copying map (not
+    a map of +0.00), with that reason, and no model to open instead."""
+    from windows import TEXTBOOK
+
+    w = open_window(qtbot, tmp_path / "t.ini", model=TEXTBOOK, panels=("why",))
+    w.circuits_dock.show()
+    w.circuits_dock.raise_()
+    qtbot.waitUntil(lambda: w.circuits_jobs.circuits is not None, timeout=WAIT)
+    drain_events()
+    view = w.circuits_panel.map_view
+    assert view.map is None and view.isVisible()
+    assert view.empty_text == (f"No copying map. {C.ZERO_OV[:1].upper()}{C.ZERO_OV[1:]}. The composition "
+                               "partners below still apply.")

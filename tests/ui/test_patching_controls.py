@@ -233,3 +233,13 @@ def test_typing_goes_on_while_a_run_works_and_its_map_then_shows_dimmed(qtbot, w
     assert win.patch_jobs.ask.clean == TEXT and p.map.dim and p.stale.isVisible()
     got, want = _painted(p, win.patch_jobs.result.effect, dim=True)
     assert got == want
+
+
+def test_mlp_out_of_the_attention_only_toy_says_its_mlps_are_zeros(qtbot, win):
+    """The toy's MLPs are stored as zeros: the map's line (on screen and in an export) says so."""
+    p = _run(qtbot, win, "mlp_out")
+    line = p.map.view.metric_line()
+    assert line.endswith(". Note: attnviz-toy-stdlib's MLPs are stored as zeros (an attention-only "
+                         "model): each writes exactly 0, so patching its output changes nothing"), line
+    p = _run(qtbot, win, "resid")
+    assert "Note:" not in p.map.view.metric_line()

@@ -20,6 +20,22 @@ def test_the_same_tokens_twice_are_refused_as_that_at_run(qtbot, patching_window
     assert not p.aligned.isVisible()  # (nothing to align)
 
 
+def test_a_position_before_the_first_difference_is_refused_as_that_at_run(qtbot, patching_window):
+    w = patching_window
+    p = w.patching_panel
+    p.propose()  # (the second "John" swapped: the texts agree up to it)
+    ids_c, ids_d = (w.state.model.encode(t)[0] for t in (IOI, p.corrupt_box.text()))
+    first = int((ids_c != ids_d).argmax())
+    p.position_box.setValue(first - 1)
+    assert not p.run()  # refused before any run, on the spot
+    assert not w.patch_jobs.running and w.patch_jobs.result is None
+    assert p.note.isVisible()
+    assert p.note.text().startswith(f"the clean and corrupted texts first differ at token {first} ")
+    assert (f"after position {first - 1}: under the causal mask position {first - 1} sees no later token"
+            in p.note.text()), p.note.text()
+    assert p.note.text().endswith(f"pick a position from {first} to {len(ids_c) - 1}")
+
+
 def test_a_refusal_goes_once_a_box_it_spoke_of_changes(qtbot, patching_window):
     w = patching_window
     p = w.patching_panel

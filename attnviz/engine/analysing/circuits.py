@@ -18,10 +18,11 @@ A post-norm model (BERT) has no input norm before attention: its weights are use
 
     copying(h) = Re(Σλ) / Σ|λ|,  λ the eigenvalues of W_E W_V W_O W_U [vocab, vocab], computed from
                  the d_head × d_head matrix W_O W_U W_E W_V (the same nonzero eigenvalues). 1: every
-                 eigenvalue positive, the head copies what it attends to.
+                 eigenvalue positive, the head copies what it attends to. NaN (0 / 0, undefined)
+                 where that matrix is exactly zero; no map at all when it is for every head.
     composition(mode)[l1, h1, l2, h2] = ‖A B‖_F / (‖A‖_F ‖B‖_F), A = W_V W_O of the earlier head
                  (l1, h1), B of the later head (l2, h2): W_Q W_Kᵀ (q), W_K W_Qᵀ (k), W_V W_O (v);
-                 0 unless l1 < l2.
+                 defined only for l1 < l2 (composing; stored as 0 elsewhere).
 
 The norms are computed in factored form: ‖A B‖_F² = ⟨AᵀA, B Bᵀ⟩, with AᵀA = W_Oᵀ (W_Vᵀ W_V) W_O
 and B Bᵀ = W_Q (W_Kᵀ W_K) W_Qᵀ (and so on) built once per head, never per pair.
@@ -43,6 +44,12 @@ from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.engine.reading.token_text import plural
 
 MODES = ("q", "k", "v")
+HEAD_ZERO_OV = ("that head's W_E W_V W_O W_U is exactly zero, so its copying score Re(Σλ) / Σ|λ| is "
+                "0 / 0, undefined")
+ZERO_OV = ("every head's W_E W_V W_O W_U is exactly zero: no head writes a token through its values, "
+           "and every copying score Re(Σλ) / Σ|λ| is 0 / 0, undefined")
+WRITES_NOTHING = ("every logit it writes is exactly 0, so no token ranks above another (its W_E W_V "
+                  "W_O W_U row is zero)")
 VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
 GRAM_BLOCK = 64  # rows of a packed Gram's blocks: smaller packs tighter, in more, smaller products
 CHUNK_BYTES = 96 << 20  # packed reader Grams held at once: each read of the writers serves them all
@@ -136,8 +143,8 @@ def unembed_embed(model) -> np.ndarray:
 
 
 def copying_scores(model, progress=None) -> np.ndarray:
-    """[n_layer, n_head]: Re(Σλ) / Σ|λ| of each head's OV circuit (module docstring).
-    progress(layers done, n_layer) after each layer (it may raise to stop)."""
+    """[n_layer, n_head]: Re(Σλ) / Σ|λ| of each head's OV circuit (module docstring), NaN where
+    Σ|λ| = 0 (HEAD_ZERO_OV). progress(layers done, n_layer) after each layer (it may raise to stop)."""
     cfg = model.config
     G = unembed_embed(model)  # [d_model, d_model]
     out = np.zeros((cfg.n_layer, cfg.n_head))
@@ -148,7 +155,7 @@ def copying_scores(model, progress=None) -> np.ndarray:
         M = og @ m.v  # [n_head, d_head, d_head]: W_O W_U W_E W_V
         lam = np.linalg.eigvals(M)  # [n_head, d_head]
         total = np.abs(lam).sum(axis=-1)
-        out[layer] = np.where(total > 0, lam.sum(axis=-1).real / np.where(total > 0, total, 1), 0.0)
+        out[layer] = np.where(total > 0, lam.sum(axis=-1).real / np.where(total > 0, total, 1), np.nan)
         if progress is not None:
             progress(layer + 1, cfg.n_layer)
     return out
@@ -240,6 +247,35 @@ def composition_scores(model, progress=None) -> dict:
     return out
 
 
+def composing(n_layer: int, n_head: int) -> np.ndarray:
+    """bool [n_layer, n_head, n_layer, n_head]: the (earlier head, later head) pairs a composition
+    score is defined for, l1 < l2 (a head reads only what earlier layers wrote)."""
+    layers = np.arange(n_layer)
+    earlier = layers[:, None] < layers[None, :]  # [l1, l2]
+    return np.broadcast_to(earlier[:, None, :, None], (n_layer, n_head, n_layer, n_head))
+
+
+def strongest(scores, n: int, into: tuple[int, int] | None = None) -> list[tuple[int, int, int, int, float]]:
+    """The n defined pairs (composing) with the largest composition scores [n_layer, n_head,
+    n_layer, n_head], largest first, as (l1, h1, l2, h2, score); `into` (l2, h2): only pairs into
+    that head. None for a model of one layer, or a head of the first."""
+    scores = np.asarray(scores)
+    keep = composing(*scores.shape[:2]).copy()
+    if into is not None:
+        keep[:, :, :into[0]] = keep[:, :, into[0] + 1:] = False
+        keep[:, :, into[0], :into[1]] = keep[:, :, into[0], into[1] + 1:] = False
+    flat = np.flatnonzero(keep)  # (in index order: ties keep it)
+    order = flat[np.argsort(-scores.reshape(-1)[flat], kind="stable")[:n]]
+    return [(*(int(i) for i in np.unravel_index(k, scores.shape)), float(scores.flat[k])) for k in order]
+
+
+def copying_numbers(copying) -> list | None:
+    """The copying map as JSON holds it: an undefined (NaN) score as null."""
+    if copying is None:
+        return None
+    return [[None if np.isnan(v) else float(v) for v in row] for row in np.asarray(copying)]
+
+
 def circuits(model, progress=None) -> Circuits:
     """Copying (None with the reason when the model has no unembedding) and composition.
     progress(steps done, 2 n_layer): a layer of copying, then of composition, is a step."""
@@ -249,12 +285,15 @@ def circuits(model, progress=None) -> Circuits:
         copying, why = copying_scores(model, None if each is None else each(0)), None
     except InputError as exc:
         copying, why = None, str(exc)
+    if copying is not None and np.isnan(copying).all():
+        copying, why = None, ZERO_OV
     return Circuits(copying, composition_scores(model, None if each is None else each(L)), why)
 
 
 def ov_top(model, layer: int, head: int, token: int, k: int = 10) -> list[tuple[int, str, float]]:
     """What head (layer, head) writes when it attends to `token`: the top k tokens of
-    W_E[token] W_V W_O W_U (folded), as (id, token text, logit), largest first."""
+    W_E[token] W_V W_O W_U (folded), as (id, token text, logit), largest first; none where every
+    logit is exactly 0 (WRITES_NOTHING: no order to give)."""
     cfg = model.config
     if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
         raise InputError(f"head {layer}.{head} is outside this model's {plural(cfg.n_layer, 'layer')} x "
@@ -265,6 +304,8 @@ def ov_top(model, layer: int, head: int, token: int, k: int = 10) -> list[tuple[
     m = head_matrices(model, layer)
     e = np.asarray(model.weights.tok_emb[np.array([token])], dtype=np.float64)[0] * embed_scale(model)
     logits = unembed_vector(model, e @ m.v[head] @ m.o[head])  # [vocab]
+    if not logits.any():
+        return []
     k = max(1, min(int(k), logits.size))
     top = np.argpartition(-logits, k - 1)[:k]
     top = top[np.argsort(-logits[top], kind="stable")]

@@ -233,7 +233,9 @@ def same_bits(x, y) -> bool:  # two float arrays: equal bit for bit (a NaN equal
 
 
 def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:
-    """The n heads with the largest JSD, largest first: [(layer, head, jsd)]."""
+    """The n heads with the largest JSD, largest first: [(layer, head, jsd)]; a head whose JSD is
+    exactly 0 did not move and is left out (none, for a model against itself)."""
     jsd = np.asarray(jsd)
     order = np.argsort(-jsd, axis=None, kind="stable")[:n]
-    return [(int(i // jsd.shape[1]), int(i % jsd.shape[1]), float(jsd.flat[i])) for i in order]
+    return [(int(i // jsd.shape[1]), int(i % jsd.shape[1]), float(jsd.flat[i])) for i in order
+            if jsd.flat[i] > 0]

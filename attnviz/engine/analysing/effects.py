@@ -203,8 +203,8 @@ def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
 # === tokens the user types ==========================================================================
 def token_id(model, spec: str) -> int:
     """A token the user typed in the window -> its id (predict.vocab_token: `#123` is an id, digits
-    alone are text)."""
-    return vocab_token(model, spec, digits_are_ids=False)
+    alone are text, as on the command line)."""
+    return vocab_token(model, spec)
 
 
 # === one analysis of a position ======================================================================

@@ -15,7 +15,8 @@ run's top-1 at P; alt = the corrupted run's top-1, or its second when it is the 
 when |diff_clean - diff_corrupt| < MIN_SPREAD |w_U[target] - w_U[alt]| |normed x| (the larger of
 the two runs' final streams; the most the diff can be, diff_size): on SmolLM2 float32 moves a diff
 by about 4e-8 of that bound whatever the diff itself, so a smaller spread would leave an effect
-off by more than about 1e-3 (1 + |effect|), measuring rounding.
+off by more than about 1e-3 (1 + |effect|), measuring rounding. Refused too (check_reach) when a
+causal model's P comes before the first token the texts differ in: both runs are the same there.
 
 What can be patched (`what`, the effect's shape), each from the other run's trace:
     resid            [n_layer, T]          the residual entering block l (before its norm), position t
@@ -42,7 +43,9 @@ import numpy as np
 
 from attnviz.engine.analysing.pair import Pair, texts_pair
 from attnviz.engine.analysing.predict import position_index
+from attnviz.engine.analysing.zero_mlps import stored_as_zeros
 from attnviz.engine.computing.logits import vocab_logits
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.packed import forward_batch
 from attnviz.engine.computing.trace import Patch, Trace
@@ -120,6 +123,26 @@ def check_ids(ids_clean, ids_corrupt) -> None:
                          "example in one name, with the same number of tokens")
 
 
+def first_difference(ids_clean, ids_corrupt) -> int:
+    """The first position where two texts of one length differ (check_ids: there is one)."""
+    return int(np.flatnonzero(np.asarray(ids_clean) != np.asarray(ids_corrupt))[0])
+
+
+def check_reach(model, ids_clean, ids_corrupt, position: int) -> None:
+    """InputError where a causal model's position P comes before the first token the texts differ
+    in: under the causal mask nothing at P sees it, so both runs are the same there (an encoder's
+    every position sees every token)."""
+    first = first_difference(ids_clean, ids_corrupt)
+    if model.config.causal and position < first:
+        T = len(ids_clean)
+        raise InputError(f"the clean and corrupted texts first differ at token {first} "
+                         f"{quoted(token_text(model, int(ids_clean[first])))}/"
+                         f"{quoted(token_text(model, int(ids_corrupt[first])))}, after position "
+                         f"{position}: under the causal mask position {position} sees no later token, "
+                         f"so both runs are the same there and no patch can move the diff; pick a "
+                         f"position from {first} to {T - 1}")
+
+
 def metric_of(model, head, pair: Pair, position: int | None = None, target: int | None = None,
               alt: int | None = None) -> Metric:
     """The metric of a clean (pair.a) and corrupted (pair.b) run: defaults as the module says;
@@ -128,6 +151,7 @@ def metric_of(model, head, pair: Pair, position: int | None = None, target: int 
     check_ids(pair.a.ids, pair.b.ids)
     V = model.config.vocab_size
     q = position_index(pair.T, position)
+    check_reach(model, pair.a.ids, pair.b.ids, q)
     for name, t in (("target", target), ("alt", alt)):
         if t is not None and not 0 <= int(t) < V:
             raise InputError(f"{name} token id {t} is outside the vocabulary 0..{V - 1}")
@@ -257,6 +281,7 @@ class Patching:
     effect: np.ndarray  # float64, effect_shape(...)
     seconds: dict  # where the time went: pair (the two runs), forward (patched runs), total
     runs: int  # patched runs made
+    note: str = ""  # what the map cannot show: mlp_out of MLPs stored as zeros (zero_mlps)
 
 
 def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
@@ -279,6 +304,7 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
     cfg = model.config
     T = len(ids_clean)
     P = position_index(T, position)
+    check_reach(model, ids_clean, ids_corrupt, P)  # (before the two runs)
     layers = list(range(cfg.n_layer)) if layers is None else sorted(set(int(i) for i in layers))
     todo = {layer: jobs(what, layer, cfg.n_head, P) for layer in layers}
     total = sum(len(j) for j in todo.values())
@@ -306,8 +332,10 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
             if progress:
                 progress(done, total)
     t2 = time.perf_counter()
+    zero = stored_as_zeros(model, layers) if what == "mlp_out" else ""
     return Patching(what, direction, metric, effect,
-                    {"pair": t1 - t0, "forward": t2 - t1, "total": t2 - t0}, total)
+                    {"pair": t1 - t0, "forward": t2 - t1, "total": t2 - t0}, total,
+                    f"{zero}, so patching its output changes nothing" if zero else "")
 
 
 def ranked(result: Patching, n: int = 10) -> list[tuple[tuple, float]]:

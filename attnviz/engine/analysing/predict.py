@@ -143,6 +143,9 @@ def lens_grid(head: LMHead, trace: Trace, stop: Callable[[], bool] | None = None
 
 
 ALT_RULE = "the clean run's top-1, or its second when the target is the top-1"
+# how a token is typed, in the window and on the command line (vocab_token)
+TOKEN_RULE = ("a text that is one token or the tokenizer's own spelling; #N is the id N (a number "
+              "alone is text: 7 is the token '7')")
 
 
 def dla_tokens(top_ids, target: int | None = None, alt: int | None = None) -> tuple[int, int]:
@@ -221,7 +224,6 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
 
 
 _HASH_ID = re.compile(r"#\s*(-?[0-9]+)")  # (a minus too: "#-1" is an id out of range, not text)
-_BARE_ID = re.compile(r"-?[0-9]+")
 
 
 def _vocab_id(digits: str, V: int) -> int:
@@ -237,17 +239,16 @@ def _vocab_id(digits: str, V: int) -> int:
     return i
 
 
-def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
-    """A token of the vocabulary as a person gives it -> its id: `#464` (and, where
-    `digits_are_ids`, as on the command line, a bare `464`) is the id; otherwise the tokenizer's own
-    spelling ("Ġthe"), or a text that is one token, as given or after a space ("the" -> " the").
-    InputError in one line otherwise, saying what the text is. The window types digits as text
-    ("2024" may be a token), the command line as ids."""
+def vocab_token(model, spec) -> int:
+    """A token of the vocabulary as a person gives it, in the window or on the command line (one
+    rule: TOKEN_RULE) -> its id: `#464` is the id; any other text is text (digits too: "2024" may
+    be a token), the tokenizer's own spelling ("Ġthe") or a text that is one token, as given or
+    after a space ("the" -> " the"). InputError in one line otherwise, saying what the text is."""
     spec = str(spec)
     V = model.config.vocab_size
-    m = _HASH_ID.fullmatch(spec.strip()) or (digits_are_ids and _BARE_ID.fullmatch(spec.strip()))
+    m = _HASH_ID.fullmatch(spec.strip())
     if m:
-        return _vocab_id(m.group(m.lastindex or 0), V)
+        return _vocab_id(m.group(1), V)
     if not spec:
         raise InputError("give a token, or #id")
     if model.tokenizer is None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnviz.engine.analysing.zero_mlps import stored_as_zeros
 from attnviz.engine.computing.families import (
     FAMILY, Layer, layer_consts, mlp, output_projection, project_qkv,
 )
@@ -60,6 +61,7 @@ class QKAttribution:
     score: float  # the score the run used: scale · q · k, before the mask and the softmax
     components: tuple[str, ...]  # names, `bias` last
     table: np.ndarray  # [n_comp, n_comp] float64: query-side component × key-side component
+    note: str = ""  # MLP parts that are 0 but for rounding: MLPs stored as zeros (zero_mlps)
 
     @property
     def query_side(self) -> np.ndarray:  # [n_comp]: scale · q_a · k (the whole key)
@@ -232,7 +234,9 @@ def qk_attribution(model, trace: Trace, layer: int, head: int, query: int, key: 
         kv = apply_rope(kv[None], cos[1], sin[1])[0]
     table = c.scale * (qv @ kv.T)  # [n_comp, n_comp]
     score = run_score(model, x_in, lw, c, head, g)
-    return QKAttribution(layer, head, query, key, score, tuple(names), table)
+    zero = stored_as_zeros(model, range(layer))  # (the MLPs before the block are its parts)
+    return QKAttribution(layer, head, query, key, score, tuple(names), table,
+                         f"{zero}, so its MLP parts here are 0 but for float rounding" if zero else "")
 
 
 def run_score(model, x_in, lw: Layer, c, head: int, g: int) -> float:

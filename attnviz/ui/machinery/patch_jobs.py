@@ -80,7 +80,7 @@ def alignment(tokens_a, tokens_b, labels=("clean", "corrupted")) -> str:
 def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str,
           target_text: str, alt_text: str, position: int | None = None) -> Ask:
     """Ask, or InputError in one line (a LengthError carries the alignment)."""
-    from attnviz.engine.analysing.patching import WHATS, check_ids, check_model
+    from attnviz.engine.analysing.patching import WHATS, check_ids, check_model, check_reach
     from attnviz.engine.analysing.predict import position_index, vocab_token
 
     if what not in WHATS:
@@ -99,8 +99,9 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
         differ = len(ic) and len(id_) and len(ic) != len(id_)  # (same tokens: nothing to align)
         raise LengthError(str(exc), alignment(lc, ld) if differ else "") from None
     P = position_index(len(ic), position)
-    target = vocab_token(model, target_text, digits_are_ids=False) if target_text.strip() else None
-    alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
+    check_reach(model, ic, id_, P)
+    target = vocab_token(model, target_text) if target_text.strip() else None
+    alt = vocab_token(model, alt_text) if alt_text.strip() else None
     if not 0 <= layer < model.config.n_layer:
         raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
     return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, P, position, target, alt, lc, ld,

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.analysing.circuits import ZERO_OV
 from attnviz.figures import circuits as fig
 from attnviz.ui.panels.dla_view import HeadMapView
 from attnviz.ui.views.fields import plain_label
@@ -89,7 +90,8 @@ class CircuitsPanel(QWidget):
         self.note.setVisible(bool(self.note.text()))
         self.map_view.set_map(None if v is None else fig.copying_map(v))
         if v is not None and v.copying is None:
-            self.map_view.empty_text = f"{v.no_map()} The composition partners below still apply; {_to_copy(st.model)}"
+            self.map_view.empty_text = f"{v.no_map()} The composition partners below still apply" + (
+                "." if v.no_copying == ZERO_OV else f"; {_to_copy(st.model)}")  # (zero OV weights: nothing is missing)
         self.export_button.setEnabled(v is not None)
         self._draw_lines()
         self._on_pick()

@@ -1,0 +1,43 @@
+"""MLPs stored as zeros are read from the weights and said where a view names MLP parts: an
+mlp_out patch of the attention-only toy notes that patching them changes nothing, and QK
+attribution that their parts are 0 but for rounding; a model whose MLPs write says nothing."""
+
+import numpy as np
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import patching as PT, qk as Q
+from attnviz.engine.analysing.zero_mlps import stored_as_zeros, zero_mlps
+from tiny import FIXTURES
+
+ALL_ZERO = "attnviz-toy-stdlib's MLPs are stored as zeros (an attention-only model): each writes exactly 0"
+
+
+def test_the_toy_s_mlps_are_zeros_and_a_trained_fixture_s_are_not(toy):
+    assert zero_mlps(toy) == (0, 1) and stored_as_zeros(toy) == ALL_ZERO
+    gpt2 = load_model(FIXTURES / "gpt2")
+    assert zero_mlps(gpt2) == () and stored_as_zeros(gpt2) == ""
+
+
+def test_one_zeroed_mlp_is_named_by_its_layer():
+    from copy import copy
+    from dataclasses import replace
+
+    gpt2 = copy(load_model(FIXTURES / "gpt2"))  # (a copy: a loaded model may be shared)
+    layers = list(gpt2.weights.layers)
+    layers[1] = replace(layers[1], w_out=np.zeros_like(layers[1].w_out),
+                        b_out=None if layers[1].b_out is None else np.zeros_like(layers[1].b_out))
+    gpt2.weights = replace(gpt2.weights, layers=tuple(layers))
+    assert zero_mlps(gpt2) == (1,)
+    assert stored_as_zeros(gpt2) == "gpt2's L1 MLP is stored as zeros: it writes exactly 0"
+    assert stored_as_zeros(gpt2, range(1)) == ""  # (a view of layer 0 only names none)
+
+
+def test_an_mlp_out_patch_and_a_qk_attribution_of_the_toy_say_so(toy):
+    clean, corrupt = toy.encode("the cat sat on the mat")[0], toy.encode("the dog sat on the mat")[0]
+    got = PT.patch(toy, clean, corrupt, "mlp_out")
+    assert got.note == f"{ALL_ZERO}, so patching its output changes nothing"
+    assert PT.patch(toy, clean, corrupt, "resid").note == ""
+    trace = toy.run(ids=clean, trace=Q.qk_trace()).trace
+    assert Q.qk_attribution(toy, trace, 1, 0, 5, 2).note == (
+        f"{ALL_ZERO}, so its MLP parts here are 0 but for float rounding")
+    assert Q.qk_attribution(toy, trace, 0, 0, 5, 2).note == ""  # (layer 0 reads no MLP)

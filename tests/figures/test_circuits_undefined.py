@@ -1,0 +1,48 @@
+"""A head whose W_E W_V W_O W_U is exactly zero has no copying score (0 / 0): the Circuits view
+says so for it in place of +0.000 and a rank, paints its cell the no-value colour the caption
+names, its hover says why, and the numbers hold null (JSON) or nothing (CSV); a head that writes
+nothing for a token lists no top tokens."""
+
+import json
+
+import numpy as np
+from PySide6.QtGui import QColor, QImage, QPainter
+
+from attnviz.engine.analysing import circuits as C
+from attnviz.figures import circuits as fig, headmap
+
+COPYING = np.array([[0.5, np.nan], [-0.25, 1.0]])
+COMPOSITION = {m: np.zeros((2, 2, 2, 2)) for m in C.MODES}
+
+
+def _view(focus, ov=None):
+    return fig.CircuitsView("m", COPYING, "", COMPOSITION, None, focus, {}, ov, False)
+
+
+def test_a_head_with_no_score_is_said_painted_and_written_as_none(qapp):
+    lines = _view((0, 1)).lines()
+    assert lines[0] == f"L0 H1: no OV copying score: {C.HEAD_ZERO_OV}."
+    assert _view((0, 0)).lines()[0] == "L0 H0: OV copying +0.500, rank 2 of 3 heads with a score (1: the highest)."
+    hm = fig.copying_map(_view((0, 0)))
+    assert hm.scale_text().endswith(f"; {headmap.ABSENT[0]}: no value")
+    assert headmap.readout(hm, ("head", 0, 1)) == f"L0 H1: no score: {C.HEAD_ZERO_OV}"
+    lay = headmap.layout(hm, 400, 300)
+    img = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    p = QPainter(img)
+    headmap.paint(p, hm, lay, background=QColor("white"))
+    p.end()
+    x, y = headmap.cell_center(hm, lay, 0, 1)
+    c = img.pixelColor(int(x), int(y))
+    assert (c.red(), c.green(), c.blue()) == headmap.ABSENT[1]
+    x, y = headmap.cell_center(hm, lay, 1, 0)
+    c = img.pixelColor(int(x), int(y))
+    assert (c.red(), c.green(), c.blue()) != headmap.ABSENT[1]
+    doc = json.loads(fig.number_bytes(_view(None), "json"))
+    assert doc["copying"] == [[0.5, None], [-0.25, 1.0]] and doc["no_copying"] == f"null: {C.HEAD_ZERO_OV}"
+    assert fig.number_bytes(_view(None), "csv").decode().splitlines()[1] == "L0,0.5,"
+
+
+def test_a_head_that_writes_nothing_lists_no_top_tokens():
+    view = _view((1, 0), ov=(1, 0, 11, "cat", []))
+    assert view.lines()[-1] == f"L1 H0 attending to 'cat' writes no top tokens: {C.WRITES_NOTHING}."
+    assert fig.numbers(view)["ov_top"] == [] and fig.numbers(view)["no_ov_top"] == C.WRITES_NOTHING
