@@ -273,8 +273,8 @@ class ComparePanel(QWidget):
             parts.append("no head moved: every head's JSD is exactly 0")
         if d["kld_stats"] is not None:
             s = d["kld_stats"]
-            parts.append(f"KL(A\u2016B) mean {s['mean']:.4g}, median {s['median']:.4g}, "
-                         f"p99 {s['p99']:.4g}, max {s['max']:.4g} nats")
+            parts.append(f"KL(A\u2016B) mean {nats(s['mean'])}, median {nats(s['median'])}, "
+                         f"p99 {nats(s['p99'])}, max {nats(s['max'])} nats")
             n = len(d["flips"])
             flips = (f"{plural(n, 'flip')}: framed red in the strip above, each token's bar its KL" if n
                      else "no flips: A's and B's top-1 agree at every position; each token's bar in the strip above its KL")
@@ -457,7 +457,7 @@ class ComparePanel(QWidget):
                 d = c.doc
                 text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:
-                    text += f": KL(A\u2016B) {d['kld'][t]:.5f} nats; " + _top1_text(c, t)
+                    text += f": KL(A\u2016B) {nats(d['kld'][t])} nats; " + _top1_text(c, t)
                 return text
         return None
 
@@ -476,6 +476,12 @@ def _title_side_of_shape(n_layer: int, n_head: int) -> float:
     """ComparePanel._title_side of a model of this shape (the layout asks it many times a keystroke)."""
     last = head_title(n_layer - 1, n_head - 1)
     return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
+
+
+def nats(value: float) -> str:
+    """A KL in nats as the summary and the strip's hover write it: 4 significant digits (5e-06 is
+    not "0.00000"), exactly 0 as "0"."""
+    return f"{float(value):.4g}"
 
 
 def _top1_text(c, t: int) -> str:
