@@ -13,7 +13,7 @@ its panel on A − B, the focused head's layer. --panel prediction|dla shows the
 lens, or DLA); --panel why opens Why here? on the focused cell (the query on the repeated name, the
 key it attends to most) with its strongest head component hovered, so the grid outlines that head;
 --panel circuits shows the Circuits tab (copying map, the focused head's partners, and what it
-writes for the query token); --panel patching opens SmolLM2 on the indirect-object sentence, lets
+writes from its top key at the query); --panel patching opens SmolLM2 on the indirect-object sentence, lets
 Corrupt propose the corrupted text, patches every head's output (head_out) and clicks the head with
 the largest effect, so its clean and corrupted patterns show and the grid focuses it; --ablate N switches off the N strongest induction heads first, so the grid, the
 prediction, the lens and DLA show the changed run beside the clean prediction.

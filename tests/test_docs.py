@@ -330,3 +330,22 @@ def test_the_patching_pages_induction_bars_read_as_the_head_scores_give_them(smo
             f"induction score, {c[23, 2]:.3f}, is under its chance score {ch[23, 2]:.3f} + {margin:g} = "
             f"{ch[23, 2] + margin:.3f}; L23 H7 misses both bars (strength {s[23, 7]:.2f}, score "
             f"{c[23, 7]:.3f})") in page
+
+
+def test_the_toy_is_stored_in_float16_as_compare_md_says_and_f16_changes_nothing(capsys):
+    """docs/compare.md names the toy's storage type as its file holds it (every tensor F16), and the
+    consequence it states: the toy quantized to F16 is itself bit for bit."""
+    from attnviz.cli import main
+
+    toy = ROOT / "resources" / "toy-stdlib-gpt2"
+    raw = (toy / "model.safetensors").read_bytes()
+    head = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert {t["dtype"] for name, t in head.items() if name != "__metadata__"} == {"F16"}
+    assert json.loads((toy / "config.json").read_text())["torch_dtype"] == "float16"
+    page = _flat("docs/compare.md")
+    assert "The toy decoder (stored in float16, 2 layers" in page and "toy decoder (float32" not in page
+    assert "`--quantize F16` of the toy changes nothing" in page
+    assert main(["compare", "--model", "attnviz-toy-stdlib", "--quantize", "F16", "--probe", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {v for row in doc["heads_jsd"] for v in row} == {0.0} and set(doc["kld"]) == {0.0}
+    assert set(doc["resid_cos"]) == {1.0} and doc["same_top1"] == 1.0

@@ -53,7 +53,9 @@ class CircuitsView:
     kv_group: np.ndarray | None
     focus: tuple | None  # (layer, head)
     badges: dict  # (layer, head) -> role badge ('' none), for the listed partners
-    ov: tuple | None = None  # (layer, head, token id, token text, [(id, text, logit)])
+    # (layer, head, token id, token text, [(id, text, logit)], at): at = (query, its text, key,
+    # weight) where the token is the head's top key at a picked query, else None
+    ov: tuple | None = None
     rope: bool = True  # the model rotates queries and keys (the scores leave that out: ROPE_NOTE)
 
     def note(self) -> str:
@@ -98,12 +100,20 @@ class CircuitsView:
                          for l, h, s in parts[mode]]
                 out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
         if self.ov is not None:
-            layer, head, _tid, text, top = self.ov
-            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes, in logits: "
-                       + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top) if top else
-                       f"{head_title(layer, head)} attending to {quoted(text)} writes no top tokens: "
-                       f"{WRITES_NOTHING}.")
+            out.append(self.ov_line())
         return out
+
+    def ov_line(self) -> str:
+        """What the head writes (OV top tokens) from the token it attends to: where that is its top
+        key at a picked query, the line names both, so it is not read as the query's own token."""
+        layer, head, _tid, text, top, at = self.ov
+        writes = ("writes, in logits: " + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top)
+                  if top else f"writes no top tokens: {WRITES_NOTHING}.")
+        if at is None:
+            return f"{head_title(layer, head)} attending to {quoted(text)} {writes}"
+        q, q_text, k, weight = at
+        return (f"{head_title(layer, head)} at the query {quoted(q_text)} (#{q}) attends most to "
+                f"{quoted(text)} (#{k}, weight {weight:.2f}); attending to it, it {writes}")
 
 
 def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None, ov=None,
@@ -211,8 +221,10 @@ def numbers(view: CircuitsView) -> dict:
         out["partners"] = {m: [{"layer": l, "head": h, "score": v, "role": view.badges.get((l, h), "")}
                                for l, h, v in ps] for m, ps in view.partners().items()}
     if view.ov is not None:
-        layer, head, tid, text, top = view.ov
+        layer, head, tid, text, top, at = view.ov
         out["ov_head"] = {"layer": layer, "head": head, "token_id": tid, "token": text}
+        if at is not None:  # (the token is the head's top key at the picked query)
+            out["ov_head"].update(query=at[0], query_token=at[1], key=at[2], weight=at[3])
         out["ov_top"] = [{"id": int(i), "token": t, "value": float(v)} for i, t, v in top]
         if not top:
             out["no_ov_top"] = WRITES_NOTHING

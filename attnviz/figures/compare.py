@@ -25,6 +25,22 @@ MAP_WIDTH = 640
 
 EVERY_KEY = "JSD over every key (Hide first token not applied)"  # the map's note beside hidden tiles
 
+# the summary's hover: what its numbers are (engine/analysing/compare.py defines them)
+SUMMARY_TIP = (
+    "Mean head JSD: each head's Jensen-Shannon divergence between A's and B's attention rows, in bits "
+    "(0: the same, at most 1), averaged over its query rows, then over the heads.\n"
+    "Residual stream cosine: after each block, the cosine of A's and B's residual streams at each "
+    "token, averaged over the tokens (1: they point the same way); the lowest of the blocks, the "
+    "block it comes after, and the last block's.\n"
+    "KL(A\u2016B): at each token, how far B's next-token distribution is from A's, in nats (0: the "
+    "same). Same top-1: the share of tokens where A and B predict the same most likely next token.")
+
+
+def nats(value: float) -> str:
+    """A KL in nats as the summary and the strip's hover write it: 4 significant digits (5e-06 is
+    not "0.00000"), exactly 0 as "0"."""
+    return f"{float(value):.4g}"
+
 
 _STEP = re.compile(r"(?P<name>.+) at checkpoint (?P<index>\d+) of (?P<range>\S+) (?P<step>\(step [\d,]+\))")
 

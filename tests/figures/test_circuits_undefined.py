@@ -43,6 +43,6 @@ def test_a_head_with_no_score_is_said_painted_and_written_as_none(qapp):
 
 
 def test_a_head_that_writes_nothing_lists_no_top_tokens():
-    view = _view((1, 0), ov=(1, 0, 11, "cat", []))
+    view = _view((1, 0), ov=(1, 0, 11, "cat", [], None))
     assert view.lines()[-1] == f"L1 H0 attending to 'cat' writes no top tokens: {C.WRITES_NOTHING}."
     assert fig.numbers(view)["ov_top"] == [] and fig.numbers(view)["no_ov_top"] == C.WRITES_NOTHING

@@ -79,7 +79,7 @@ def test_the_heatmap_note_names_the_hidden_first_token_as_labelled(qapp):
 
 
 def test_the_circuits_ov_line_names_the_tokens_as_labelled(qapp, gpt2):
-    ov = (1, 0, 5, SHOWN, [(3, BYTES, 1.5), (4, SHOWN, -0.25)])
+    ov = (1, 0, 5, SHOWN, [(3, BYTES, 1.5), (4, SHOWN, -0.25)], None)
     view = circuits.circuits_view(C.circuits(gpt2), model=gpt2.name, kv_group=gpt2.kv_group, focus=(1, 0), ov=ov)
     want = f"L1 H0 attending to '{SHOWN}' writes, in logits: '{BYTES}' +1.50, '{SHOWN}' \u22120.25"  # (the bars' minus)
     assert view.lines()[-1] == want  # (the panel's line under the map)

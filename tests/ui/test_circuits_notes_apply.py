@@ -5,6 +5,8 @@ and no top tokens either)."""
 
 import json
 
+import numpy as np
+
 from PySide6.QtCore import Qt
 
 from attnviz.engine.analysing import circuits as C
@@ -24,7 +26,7 @@ def test_an_encoder_is_told_neither(qtbot, tmp_path):
     drain_events()
     assert "top partners" in panel.partners.text()
     shown = [lab.text() for lab in (panel.note, panel.partners, panel.ov) if lab.isVisibleTo(panel)]
-    assert not any("RoPE" in t or "Pick a token" in t or "writes" in t for t in shown), shown
+    assert not any("RoPE" in t or "Pick a query token" in t or "writes" in t for t in shown), shown
     assert w.circuits_jobs.ov is None and w.circuits_jobs.ov_note == ""  # none asked for
     (js,) = panel.export_to(str(tmp_path / "c.json"))
     assert "note" not in json.loads(js.read_text())
@@ -85,7 +87,8 @@ def test_a_decoder_picked_before_its_scores_shows_what_the_head_writes_once_they
     w.circuits_dock.show()
     w.circuits_dock.raise_()
     qtbot.waitUntil(lambda: "writes, in logits:" in panel.ov.text(), timeout=WAIT)
-    top = C.ov_top(st.model, 1, 0, int(st.result.input_ids[1]), 10)
+    key = int(np.argmax(st.result.attentions[1, 0, 1]))  # (the head's top key at the query)
+    top = C.ov_top(st.model, 1, 0, int(st.result.input_ids[key]), 10)
     assert f"'{top[0][1]}'" in panel.ov.text()
     w.worker.wait_idle()
 

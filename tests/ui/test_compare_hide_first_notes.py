@@ -32,7 +32,10 @@ def compared(qtbot, tmp_path):
 
 
 def _map_painted(qtbot, panel):
-    def settled():
+    area = panel.parentWidget().parentWidget()  # (panel -> viewport -> the dock's QScrollArea)
+
+    def settled():  # (a narrow dock's panel scrolls: the map in view, where it is painted)
+        area.ensureWidgetVisible(panel.map, 0, 0)
         drain_events()
         return (panel.map_layout is not None and panel.map_layout.width == panel.map.width()
                 and panel.map_layout.height == panel.map.height())

@@ -275,7 +275,8 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     # a token picked in the strip: what the focused head writes for it
     st.set_query(1)
     qtbot.waitUntil(lambda: "writes, in logits:" in panel.ov.text(), timeout=WAIT)
-    top = C.ov_top(st.model, L - 1, 0, int(st.result.input_ids[1]), 10)
+    key = int(np.argmax(st.result.attentions[L - 1, 0, 1]))  # (the head's top key at the query)
+    top = C.ov_top(st.model, L - 1, 0, int(st.result.input_ids[key]), 10)
     assert f"'{top[0][1]}'" in panel.ov.text()
     png, side = panel.export_to(str(tmp_path / "c.png"))
     np.testing.assert_allclose(json.loads(side.read_text())["copying"], ref.copying)

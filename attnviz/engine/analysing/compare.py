@@ -239,3 +239,11 @@ def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:
     order = np.argsort(-jsd, axis=None, kind="stable")[:n]
     return [(int(i // jsd.shape[1]), int(i % jsd.shape[1]), float(jsd.flat[i])) for i in order
             if jsd.flat[i] > 0]
+
+
+def resid_drift(cos) -> str:
+    """resid_cos [n_layer] in words, as `attnviz compare` and the Compare panel write it: its lowest
+    value and the block it follows, and the last block's, each at 6 decimals."""
+    cos = np.asarray(cos)
+    return (f"residual stream cosine: lowest {cos.min():.6f} after L{int(cos.argmin())}, "
+            f"after the last block {cos[-1]:.6f}")

@@ -168,7 +168,9 @@ class CircuitsJobs(QObject):
         self.circuits = None  # the state's model's, once computed
         self.note = ""
         self.running = False
-        self.ov = None  # (layer, head, token id, token text, [(id, text, logit)])
+        # (layer, head, token id, token text, [(id, text, logit)], at): `at` (query, its label,
+        # key, weight) where the token is the head's top key at a picked query, else None
+        self.ov = None
         self.ov_note = ""
         self._job_id = None
         self._sigProgress.connect(self._on_progress)
@@ -235,23 +237,24 @@ class CircuitsJobs(QObject):
             self.circuits = value
         self.sigChanged.emit()
 
-    def request_ov(self, layer: int, head: int, token: int, text: str) -> None:
+    def request_ov(self, layer: int, head: int, token: int, text: str, at=None) -> None:
         """What (layer, head) writes when it attends to `token`, once the model's scores say it has
-        an unembedding (an encoder has none: ov_top would refuse it)."""
+        an unembedding (an encoder has none: ov_top would refuse it); `at`: (query, its label, key,
+        weight) where `token` is the head's top key at that query."""
         from attnviz.engine.analysing.circuits import ov_top
 
         model = self.state.model
         if model is None or self.circuits is None or self.circuits.copying is None:
             return
         self.worker.submit(OV_KIND, lambda: ov_top(model, layer, head, token, OV_TOP), self._on_ov,
-                           (model, layer, head, token, text), POOL)
+                           (model, layer, head, token, text, at), POOL)
 
     def _on_ov(self, request, value, error) -> None:
-        model, layer, head, token, text = request
+        model, layer, head, token, text, at = request
         if model is not self.state.model:
             return
         if error is not None:
             self.ov, self.ov_note = None, describe_error(error)
         else:
-            self.ov, self.ov_note = (layer, head, token, text, value), ""
+            self.ov, self.ov_note = (layer, head, token, text, value, at), ""
         self.sigOvChanged.emit()

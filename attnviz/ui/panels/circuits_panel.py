@@ -2,11 +2,12 @@
 computed once per model in the background (ui/machinery/why_jobs.py) with progress. It shows the
 OV copying map (layers x heads, in the grid's head order; click a head to focus it), the focused
 head's top Q-, K- and V-composition partners among earlier heads with their role badges, and what
-the focused head writes when it attends to the token picked in the token strip (a model with an
-unembedding). That the scores leave RoPE out is said for a model with RoPE only."""
+the focused head writes from the key it attends to most at the query picked in the token strip
+(a model with an unembedding). That the scores leave RoPE out is said for a model with RoPE only."""
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget,
@@ -101,21 +102,26 @@ class CircuitsPanel(QWidget):
         self.progress.setValue(done)
 
     def _on_pick(self, *_) -> None:
-        """The focused head and the token picked in the strip: what that head writes for it."""
+        """The focused head and the query picked in the strip: what that head writes from the key
+        it attends to most there (its weights as they are, in the run on screen), the query's
+        own token being only where the head looks from."""
         st = self.state
         if not self.shown or st.focus is None or st.query_pos is None or st.result is None:
             return
         c = self.jobs.circuits
         if c is None or c.copying is None:
             return  # the scores first (refresh picks again), and an encoder's writes are no tokens
-        q = st.query_pos
-        if q >= len(st.result.input_ids):
+        q, r = st.query_pos, st.result
+        if q >= len(r.input_ids) or st.focus[0] >= r.attentions.shape[0]:
             return
-        tid = int(st.result.input_ids[q])
+        row = r.attentions[st.focus[0], st.focus[1], q]
+        k = int(np.argmax(row))  # (a tie: the earliest key)
+        at = (q, r.labels[q], k, float(row[k]))
+        tid = int(r.input_ids[k])
         ov = self.jobs.ov
-        if ov is not None and ov[:3] == (*st.focus, tid):
+        if ov is not None and ov[:3] == (*st.focus, tid) and ov[5] == at:
             return
-        self.jobs.request_ov(*st.focus, tid, st.result.labels[q])
+        self.jobs.request_ov(*st.focus, tid, r.labels[k], at)
 
     def _draw_lines(self, *_) -> None:
         v = self.view()
@@ -125,8 +131,8 @@ class CircuitsPanel(QWidget):
             return
         lines = v.lines(screen=True)
         ov_line = lines.pop() if v.ov is not None else "" if v.copying is None else (
-            self.jobs.ov_note or "Pick a token in the strip (click it) to see what the focused head "
-                                 "writes when it attends to that token.")
+            self.jobs.ov_note or "Pick a query token in the strip (click it) to see what the focused "
+                                 "head writes from the key it attends to most there.")
         self.partners.setText("\n".join(lines))
         self.ov.setText(ov_line)
         self.ov.setVisible(bool(ov_line))

@@ -10,7 +10,8 @@ runner's Compare session (ui/machinery/compare_jobs.py):
   and A − B side by side;
 - the token strip: a red frame where the top-1 next token flips, a bar for each position's
   KL(A || B), hover reads the numbers;
-- the KLD statistics, same top-1, and the induction heads that survived or were lost on the probe.
+- the summary (the residual stream's cosine, the KLD statistics, same top-1; its hover says what
+  each is), and the induction heads that survived or were lost on the probe.
 Stop comparing (or closing the panel) frees B. Export writes the picture and its numbers
 (compare_export.py)."""
 
@@ -33,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.engine.analysing.compare import beside_threshold
+from attnviz.engine.analysing.compare import beside_threshold, resid_drift
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import plural, quoted
@@ -245,6 +246,7 @@ class ComparePanel(QWidget):
         comes before its next-token numbers, and a summary that lost and regained their line per
         keystroke would move the tiles and the map (and repaint them) twice a keystroke."""
         self.summary.setText(self.summary_text())
+        self.summary.setToolTip(plain_tip(F.SUMMARY_TIP if self.summary.text() else ""))
         if not self.jobs.active:
             self.summary.setMinimumHeight(0)
             return
@@ -271,10 +273,12 @@ class ComparePanel(QWidget):
             parts.append(f"moved most {head_title(l, h)} ({plain_number(v)} bits)")
         else:  # (a model against itself: no head to name)
             parts.append("no head moved: every head's JSD is exactly 0")
+        if len(d["resid_cos"]):
+            parts.append(resid_drift(d["resid_cos"]))
         if d["kld_stats"] is not None:
             s = d["kld_stats"]
-            parts.append(f"KL(A\u2016B) mean {s['mean']:.4g}, median {s['median']:.4g}, "
-                         f"p99 {s['p99']:.4g}, max {s['max']:.4g} nats")
+            parts.append(f"KL(A\u2016B) mean {F.nats(s['mean'])}, median {F.nats(s['median'])}, "
+                         f"p99 {F.nats(s['p99'])}, max {F.nats(s['max'])} nats")
             n = len(d["flips"])
             flips = (f"{plural(n, 'flip')}: framed red in the strip above, each token's bar its KL" if n
                      else "no flips: A's and B's top-1 agree at every position; each token's bar in the strip above its KL")
@@ -457,7 +461,7 @@ class ComparePanel(QWidget):
                 d = c.doc
                 text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:
-                    text += f": KL(A\u2016B) {d['kld'][t]:.5f} nats; " + _top1_text(c, t)
+                    text += f": KL(A\u2016B) {F.nats(d['kld'][t])} nats; " + _top1_text(c, t)
                 return text
         return None
 

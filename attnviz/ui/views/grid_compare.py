@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import drop_first_key, head_title, no_weight_rows, pooled_undefined, signed_pool
 from attnviz.figures.style import N_COLORS, diverging_colors
@@ -30,13 +30,17 @@ def signed_colormap() -> pg.ColorMap:
 
 
 class ModeSelector(QWidget):
-    """A | B | A − B for the grid, shown while a model B is open."""
+    """A | B | A − B for the grid, shown while a model B is open; under it, while B or A − B is
+    shown with Value-weighted on, a line saying they are not value-weighted."""
 
     def __init__(self, jobs, parent=None):
         super().__init__(parent)
         self.jobs = jobs
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(4, 2, 4, 2)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(4, 2, 4, 2)
+        lay = QHBoxLayout()
+        lay.setContentsMargins(0, 0, 0, 0)
+        col.addLayout(lay)
         self.label = plain_label(QLabel("Grid shows"))
         lay.addWidget(self.label)
         self.group = QButtonGroup(self)
@@ -56,8 +60,12 @@ class ModeSelector(QWidget):
         self.waiting = plain_label(QLabel(WAITING))
         lay.addWidget(self.waiting)
         lay.addStretch(1)
+        self.unweighted = plain_label(QLabel(NOT_WEIGHTED))  # (a line of its own: it wraps)
+        self.unweighted.setWordWrap(True)
+        col.addWidget(self.unweighted)
         jobs.sigChanged.connect(self.refresh)
         jobs.state.effects.sigAblationChanged.connect(lambda _a: self.refresh())
+        jobs.state.sigDisplayChanged.connect(self.refresh)  # (Value-weighted)
         self.refresh()
 
     def refresh(self) -> None:
@@ -66,6 +74,7 @@ class ModeSelector(QWidget):
         self.waiting.setText(FAILED if j.failed is not None else WAITING)
         # (a long text hides the grid, this selector with it: the Compare panel's note says so)
         self.waiting.setVisible(waiting(self.jobs) and not j.long_text)
+        self.unweighted.setVisible(j.state.value_weighted and grid_mode(j) != "A" and not j.long_text)
         self.setVisible(self.jobs.active)
         for mode, b in self.buttons.items():
             b.setChecked(mode == self.jobs.mode)
@@ -217,6 +226,8 @@ WAITING = "(comparing\u2026: A's last run shown meanwhile)"
 FAILED = "(could not compare: A's last run shown)"  # (the Compare panel's note says why)
 # what Compare compares while heads (or edges) are switched off in A: both models' clean runs
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
+# under the selector while B or A − B is shown with Value-weighted on (the sides are never weighted)
+NOT_WEIGHTED = "B and A \u2212 B are not value-weighted: they show both models' attention weights as they are."
 
 
 def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_first: bool = False,

@@ -1,0 +1,52 @@
+"""With Value-weighted ticked, the grid's B and A − B show both models' weights as they are (the
+sides are never value-weighted): a line under the A | B | A − B selector says so whenever one of
+them is shown, and neither the colour bar's title nor a head's title reads as value-weighted there.
+In A the grid is value-weighted and the line is gone. (B and A − B silently showed raw weights
+beside a ticked Value-weighted.)"""
+
+import pytest
+from PySide6.QtWidgets import QLabel
+
+from attnviz.ui.views.grid_compare import NOT_WEIGHTED
+from windows import WAIT, drain_events, in_sight, toy_compared_with_checkpoint
+
+TEXT = "the cat sat on the mat and the cat"
+
+
+@pytest.fixture
+def compared(qtbot, tmp_path):
+    yield from toy_compared_with_checkpoint(qtbot, tmp_path / "s.ini", TEXT)
+
+
+def _shown(qtbot, g, st, jobs, mode):
+    g.mode_selector.buttons[mode].click()
+    qtbot.waitUntil(lambda: g.shown_mode == mode and g.drawn is st.result and jobs.comparison is not None
+                    and jobs.comparison.result is st.result, timeout=WAIT)
+    drain_events()
+    return _note(g), g.cbar.getAxis("right").labelText, g.titles()
+
+
+def _note(g):
+    """The grid's line in sight that speaks of value weighting, if any."""
+    said = [lab.text() for lab in g.findChildren(QLabel) if in_sight(lab) and "value-weighted" in lab.text()]
+    assert len(said) <= 1, said
+    return said[0] if said else None
+
+
+def test_b_and_a_minus_b_say_they_are_not_value_weighted(compared, qtbot):
+    w = compared
+    st, g, jobs = w.state, w.grid, w.worker.compare_jobs
+    w.resize(1400, 900)
+    for mode in ("A", "B", "A-B"):  # Value-weighted off: no line
+        assert _shown(qtbot, g, st, jobs, mode)[0] is None
+    st.set_value_weighted(True)
+    qtbot.waitUntil(lambda: st.result.value_norms is not None and st.shown().weighted, timeout=WAIT)
+    note, bar, titles = _shown(qtbot, g, st, jobs, "A")
+    assert note is None and bar == "value-weighted attention", bar
+    for mode, title in (("B", "attention weight"), ("A-B", "A \u2212 B (weight)")):
+        note, bar, titles = _shown(qtbot, g, st, jobs, mode)
+        assert note == NOT_WEIGHTED, (mode, note)
+        assert bar == title and "value" not in bar, bar
+        assert not any("% out" in t or "value" in t for t in titles), titles
+    st.set_value_weighted(False)
+    qtbot.waitUntil(lambda: _note(g) is None, timeout=WAIT)
