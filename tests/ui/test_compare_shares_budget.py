@@ -287,3 +287,25 @@ def test_the_steps_not_shown_let_go_of_their_layers_while_b_is_open(window, qtbo
     assert a16.budgeted_bytes()[0] > 0 and a32.budgeted_bytes()[0] == 0
     assert [m for m in steps if m.budgeted_bytes()[0] > 0] == [a16] and b.budgeted_bytes()[0] > 0
     assert jobs.comparison.pair.a.model is a16
+
+
+def test_b_opened_under_auto_splits_the_memory_the_steps_let_go_of(window, qtbot, monkeypatch):
+    """Memory available falls as models hold layers (a fixed machine): B opened under auto splits
+    what is free once the steps not shown have let go of their layers, so working the split out
+    again afterwards changes neither budget."""
+    from attnviz.engine.analysing.pair_memory import share_auto
+    from attnviz.engine.reading import weights
+
+    w, st, jobs = window, window.state, window.worker.compare_jobs
+    qtbot.waitUntil(lambda: st.checkpoints is not None, timeout=WAIT)
+    steps = st.checkpoints.loaded()
+    assert sum(m.budgeted_bytes()[0] for m in steps if m is not st.model) > 0
+    total = MB.HEADROOM + (64 << 20)
+    held = lambda: sum(sum(m.budgeted_bytes()) for m in {*steps, *([jobs.b] if jobs.b else [])})  # noqa: E731
+    monkeypatch.setattr(weights, "available_memory", lambda: total - held())
+    open_compare(w, BSource("checkpoint", 0))
+    settled(qtbot, w)
+    a, b = st.model, jobs.b
+    opened = budget(a), budget(b)
+    share_auto(a, b)
+    assert (budget(a), budget(b)) == opened

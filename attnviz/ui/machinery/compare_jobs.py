@@ -167,8 +167,8 @@ class CompareJobs(QObject):
             self.b, self._beside = second.model, (a if second.own else None)
             try:
                 if a is self.state.model:  # (A's budget lowered beside B only now that B is kept)
+                    self._rest_steps(a)  # (first: the split counts none of the steps' layers)
                     second.accept(a)
-                    self._rest_steps()
                 else:  # A moved to another training step as B loaded: B, kept, beside it
                     a = self._follow_new_a(a, second)
             except AttnvizError as exc:  # (a budget chosen as B loaded, too small for both: none kept)
