@@ -486,3 +486,16 @@ def test_the_refusal_counts_one_layer_and_what_the_model_keeps_besides(monkeypat
     assert MB.resolve_budget("fits", small, MB.GIB // 2, optional_bytes=3 * MB.GIB) == MB.GIB // 4
     assert MB.resolve_budget("fits", small, MB.GIB // 2, optional_bytes=MB.GIB) == (
         4 * MB.GIB - MB.GIB // 2 - MB.GIB - MB.HEADROOM)
+
+
+def test_a_model_that_let_go_of_its_layers_says_how_many_it_holds_now(auto_budget):
+    """The memory line words what a store holds: after let_go_layers (a training step Compare does
+    not show) it no longer says the layers are expanded, and says so again once a run expands them."""
+    model = load_model("attnviz-toy-stdlib")
+    n = model.config.n_layer
+    assert model.memory.startswith(f"all {n} layers expanded (") and "held now" not in model.memory
+    model.let_go_layers()
+    assert model.memory.startswith(f"all {n} layers kept expanded as they run (")
+    assert "; 0 held now" in model.memory
+    model.run("the cat sat on the mat")
+    assert model.memory.startswith(f"all {n} layers expanded (") and "held now" not in model.memory

@@ -475,11 +475,16 @@ class LayerStore(Sequence):
             return (f"{plural(n, 'layer')} held in their file's blocks ({format_bytes(self.view_bytes())}); "
                     f"{len(self._kept) + len(self._passing)} expanded to float32 for long runs "
                     f"({format_bytes(copies)} of {format_bytes(all_copies)}, {where})")
+        with self._lock:
+            held = len({*self._kept, *self._passing})
+        plan = n if self.budget is None else self.kept
+        # (a store that let go of its layers, let_go, keeps its plan but holds fewer until they run)
+        done, now = ("expanded", "") if held >= plan else ("kept expanded as they run", f"; {held} held now")
         if self.budget is None:
-            return f"all {plural(n, 'layer')} expanded ({format_bytes(total)} float32; no memory limit known)"
+            return f"all {plural(n, 'layer')} {done} ({format_bytes(total)} float32; no memory limit known){now}"
         if self.kept == n:
-            return (f"all {plural(n, 'layer')} expanded ({format_bytes(total)} float32, within the "
-                    f"{format_bytes(self.budget)} memory budget)")
+            return (f"all {plural(n, 'layer')} {done} ({format_bytes(total)} float32, within the "
+                    f"{format_bytes(self.budget)} memory budget){now}")
         return (f"{self.kept} of {plural(n, 'layer')} kept expanded within the {format_bytes(self.budget)} "
                 f"memory budget (all: {format_bytes(total)} float32); the other {n - self.kept} are "
-                "expanded from the file each time they run")
+                f"expanded from the file each time they run{now}")
