@@ -7,8 +7,9 @@ holds it. Until then memory would hold the whole buffer and the copies together;
 each layer's part of it go back to the system as soon as nothing can read them: a layer leaving
 the set at once, a kept one as its copy takes its place. Nothing can read them where no array
 but the layers' own matrices views the buffer and nothing but the store holds the layer or its
-matrices (a run in flight, an analysis holding a slice: their references count them); otherwise
-that layer's pages stay until the buffer goes, as before."""
+matrices (a run in flight, an analysis holding a slice: their references count them). Where a
+run holds a layer or one of its matrices, that layer's pages stay until the buffer goes; where any
+other array views the buffer (a slice, a memoryview), none of its pages go back until then."""
 
 from __future__ import annotations
 
