@@ -254,6 +254,11 @@ def test_an_edge_past_the_window_is_knocked_out_in_the_global_layers_only(models
     with pytest.raises(InputError, match=r"^edge 20->2 is not one the query sees in layers 0-4 .*: nothing "
                                          r"to knock out; layer 5 sees it: 5:20-2$"):
         A.knockout_edits(cfg, 24, [([0, 1, 2, 3, 4], 20, 2)])
+    # a later key in local and global layers: the window is said of the local layers alone
+    with pytest.raises(InputError, match=r"^edge 2->20 is not one the query sees in layers 0-6 \(a query "
+                                         r"sees keys at or before it, within 8 in the local layers\): "
+                                         r"nothing to knock out$"):
+        A.knockout_edits(cfg, 24, [(list(range(7)), 2, 20)])
     # a global layer's query keeps the keys before the window: knocking out the window's 8 leaves them
     window = [([5], 20, k) for k in range(13, 21)]
     assert len(A.knockout_edits(cfg, 24, window)) == 8

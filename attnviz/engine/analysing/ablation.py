@@ -120,10 +120,16 @@ def edge_seen(cfg, layer: int, q: int, k: int) -> bool:
     return k <= q and (window is None or q - k < window)
 
 
-def seen_text(cfg, layer: int) -> str:
-    """What a query sees in `layer`, for refusals: 'keys at or before it[, within W]'."""
-    window = cfg.window(layer) if cfg.causal else None
-    return "keys at or before it" + (f", within {window}" if window else "")
+def seen_text(cfg, layers) -> str:
+    """What a query sees in `layers`, for refusals: 'keys at or before it[, within W]', the window
+    said of the local layers where only some of `layers` have one (Gemma 3's global ones see all)."""
+    windows = {cfg.window(i) for i in layers} if cfg.causal else {None}
+    local = sorted(windows - {None})
+    if not local:
+        return "keys at or before it"
+    within = f", within {' or '.join(map(str, local))}"
+    return "keys at or before it" + within + (f" in {local_layers_text(cfg, [i for i in layers if cfg.window(i)])}"
+                                              if None in windows else "")
 
 
 def layer_runs(layers) -> str:
@@ -142,7 +148,7 @@ def unseen_edge(cfg, unseen, q: int, k: int) -> str:
     """The refusal of an edge q -> k in layers `unseen` whose queries do not see it, naming the
     layers that do (Gemma 3's global ones, for a key past the window) as a knockout to give."""
     said = (f"edge {q}->{k} is not one the query sees in {layer_runs(unseen)} (a query sees "
-            f"{seen_text(cfg, unseen[0])}): nothing to knock out")
+            f"{seen_text(cfg, unseen)}): nothing to knock out")
     seeing = [i for i in range(cfg.n_layer) if edge_seen(cfg, i, q, k)]
     if not seeing:
         return said
