@@ -59,7 +59,7 @@ def test_the_compare_panels_tiles_say_they_are_not_value_weighted(compared, qtbo
     from attnviz.ui.views.grid_compare import TILES_NOT_WEIGHTED
 
     w = compared
-    st, panel, jobs = w.state, w.compare_panel, w.worker.compare_jobs
+    st, panel = w.state, w.compare_panel
     w.resize(1400, 900)
     qtbot.waitUntil(lambda: panel.doc() is not None, timeout=WAIT)
 
