@@ -125,7 +125,7 @@ def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
     doc = {
         "model": model.name, "order": ORDER,
         "copying": C.copying_numbers(circ.copying),
-        "composition": {mode: circ.composition[mode].tolist() for mode in C.MODES},
+        "composition": C.composition_numbers(circ.composition),
     }
     if model.config.rope is not None:  # (a model without RoPE has nothing left out: no note, as the tab)
         doc["note"] = ROPE_NOTE
@@ -133,11 +133,28 @@ def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
         doc["no_copying"] = circ.no_copying
     elif np.isnan(circ.copying).any():
         doc["no_copying"] = f"null: {C.HEAD_ZERO_OV}"
+    if any(C.undefined(circ.composition[mode])[0] for mode in C.MODES):
+        doc["no_composition"] = f"null: {C.ZERO_COMPOSITION}"
     if ov is not None:
         doc["ov_top"] = [{"id": i, "token": t, "value": v} for i, t, v in ov]
         if not ov:
             doc["no_ov_top"] = C.WRITES_NOTHING
     return doc
+
+
+def print_composition(composition: dict) -> None:
+    """Each mode's strongest defined pairs (earlier layer -> later layer), and how many are n/a."""
+    missing = False
+    for mode in C.MODES:
+        pairs = C.strongest(composition[mode], 5)
+        bad, total = C.undefined(composition[mode])
+        missing |= bad > 0
+        print(f"{mode}-composition, strongest: " + (", ".join(
+            f"{head_title(a, b)} -> {head_title(c, d)} {v:.3f}" for a, b, c, d, v in pairs)
+            or ("none (one layer: no head has an earlier head to read)" if not total else "none"))
+              + (f" ({bad} of {total} pairs n/a)" if bad else ""))
+    if missing:
+        print(f"  n/a: {C.ZERO_COMPOSITION}")
 
 
 def cmd_circuits(args) -> int:
@@ -164,11 +181,7 @@ def cmd_circuits(args) -> int:
             print(f"  L{layer:<3}" + " ".join("  n/a" if np.isnan(v) else plain_signed(v, 2) for v in row))
         if np.isnan(circ.copying).any():
             print(f"  n/a: {C.HEAD_ZERO_OV}")
-    for mode in C.MODES:
-        pairs = C.strongest(circ.composition[mode], 5)  # earlier layer -> later layer only
-        print(f"{mode}-composition, strongest: " + (", ".join(
-            f"{head_title(a, b)} -> {head_title(c, d)} {v:.3f}" for a, b, c, d, v in pairs)
-            or "none (one layer: no head has an earlier head to read)"))
+    print_composition(circ.composition)
     if ov is not None:
         print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes"
               + (": " + ", ".join(f"{quoted(t)} {plain_signed(v, 2)}" for _, t, v in ov) if ov

@@ -168,9 +168,7 @@ def print_report(doc: dict) -> None:
         else "no head moved: every head's JSD is exactly 0"))
     for l, h, v in moved:
         print(f"  {head_title(l, h):<9} {v:<10.3g} max {top[l, h]:.3g}")
-    cos = np.array(doc["resid_cos"])
-    print(f"residual stream cosine: lowest {cos.min():.6f} after L{int(cos.argmin())}, "
-          f"after the last block {cos[-1]:.6f}")
+    print(C.resid_drift(doc["resid_cos"]))  # (the Compare panel's words)
     if doc["kld_stats"] is None:
         print("next-token KL, same top-1, flips: none (model A predicts no next token)")
     else:

@@ -20,13 +20,17 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.engine.reading.token_text import plural
-from attnviz.engine.analysing.circuits import HEAD_ZERO_OV, MODES, WRITES_NOTHING, copying_numbers, strongest
+from attnviz.engine.analysing.circuits import (
+    HEAD_ZERO_OV, MODES, WRITES_NOTHING, ZERO_COMPOSITION, composition_numbers, copying_numbers, strongest,
+    undefined,
+)
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
+from attnviz.figures.text_wrap import wrap
 
 PARTNERS = 3  # partners listed per mode
 MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
@@ -94,11 +98,17 @@ class CircuitsView:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")
         else:
             out.append(f"{name}'s top partners among earlier heads (composition score, 0 to 1):")
+            missing = False
             for mode in MODES:
                 items = [f"{head_title(l, h)} {s:.3f}" + (f" [{self.badges.get((l, h))}]"
                                                           if self.badges.get((l, h)) else "")
                          for l, h, s in parts[mode]]
-                out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
+                bad, total = undefined(self.composition[mode], self.focus)
+                missing |= bad > 0
+                out.append(f"  {MODE_NAMES[mode]}: " + (", ".join(items) or "none")
+                           + (f" ({bad} of {plural(total, 'earlier head')} n/a)" if bad else ""))
+            if missing:  # (a score of 0 / 0 is no partner: not ranked, not shown as 0.000)
+                out.append(f"  n/a: {ZERO_COMPOSITION}.")
         if self.ov is not None:
             out.append(self.ov_line())
         return out
@@ -159,8 +169,22 @@ def layout(view: CircuitsView, width: int) -> CircuitsLayout:
         map_px = lay.map_h * width / MAP_WIDTH
     else:  # the sentences saying why, wrapped, and a line's gap
         map_px = no_map_height(view, lay) + lay.line_h
-    lay.height = int(50 * s + map_px + (len(view.lines()) + 2) * lay.line_h)
+    lay.height = int(50 * s + map_px + (len(painted_lines(view, lay)) + 2) * lay.line_h)
     return lay
+
+
+def painted_lines(view: CircuitsView, lay: CircuitsLayout) -> list[str]:
+    """view.lines() wrapped to the figure's width, each wrapped line keeping its indent: a long
+    partner, n/a or OV line is painted whole, not cut short."""
+    font = figure_font(12 * lay.scale)
+    width = lay.width - 20 * lay.scale
+    fm = QFontMetricsF(font)
+    out = []
+    for line in view.lines():
+        indent = line[:len(line) - len(line.lstrip())]
+        parts, _whole = wrap(line.strip(), font, width - fm.horizontalAdvance(indent))
+        out += [indent + part for part in parts] or [""]
+    return out
 
 
 def no_map_height(view: CircuitsView, lay: CircuitsLayout) -> float:
@@ -197,10 +221,8 @@ def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
         p.drawText(QRectF(10 * s, y, lay.width - 20 * s, h), WRAPPED, view.no_map())
         y += h + lay.line_h
     p.setPen(TEXT)
-    fm = QFontMetricsF(figure_font(12 * s))
-    for line in view.lines():
-        p.drawText(QRectF(10 * s, y, lay.width - 20 * s, lay.line_h), left,
-                   fm.elidedText(line, Qt.TextElideMode.ElideRight, lay.width - 20 * s))
+    for line in painted_lines(view, lay):
+        p.drawText(QRectF(10 * s, y, lay.width - 20 * s, lay.line_h), left, line)
         y += lay.line_h
 
 
@@ -211,11 +233,13 @@ def numbers(view: CircuitsView) -> dict:
     """`attnviz circuits --json`'s keys, with the focused head's partners and the note."""
     out = {"model": view.model, **({"note": view.note()} if view.note() else {}),
            "copying": copying_numbers(view.copying),
-           "composition": {m: np.asarray(view.composition[m]).tolist() for m in MODES}}
+           "composition": composition_numbers(view.composition)}
     if view.copying is None:
         out["no_copying"] = view.no_copying
     elif np.isnan(view.copying).any():  # (attnviz circuits --json's words)
         out["no_copying"] = f"null: {HEAD_ZERO_OV}"
+    if any(undefined(view.composition[m])[0] for m in MODES):  # (attnviz circuits --json's words)
+        out["no_composition"] = f"null: {ZERO_COMPOSITION}"
     if view.focus is not None:
         out["focus"] = {"layer": view.focus[0], "head": view.focus[1]}
         out["partners"] = {m: [{"layer": l, "head": h, "score": v, "role": view.badges.get((l, h), "")}

@@ -87,7 +87,7 @@ def test_circuits_without_a_head_prints_the_copying_map(cli):
     rc, out, _ = cli("circuits", "--model", GPT2)
     assert rc == 0
     assert "copying [layer x head]" in out and "k-composition, strongest" in out
-    assert "ov_top" not in out
+    assert "ov_top" not in out and "n/a" not in out  # (every composition score defined)
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -127,17 +127,22 @@ def test_circuits_head_is_read_and_refused_as_the_ablation_tab_reads_it():
 
 def test_a_model_whose_ov_circuits_are_zero_shows_no_copying_and_no_top_tokens(cli):
     """attnviz-textbook: every head's W_E W_V W_O W_U is exactly zero, so no copying score (0 / 0)
-    and no ranked top tokens; its strongest composition pairs are earlier layer -> later layer."""
+    and no ranked top tokens; a composition pair whose earlier W_V W_O or later W_Q W_Kᵀ / W_K W_Qᵀ /
+    W_V W_O is zero has no score either (0 / 0): not ranked as 0.000, counted n/a with the reason,
+    null in JSON. Its one defined pair per mode is earlier layer -> later layer."""
     rc, out, _ = cli("circuits", "--model", "attnviz-textbook", "--head", "1.0", "--token", "cat")
     assert rc == 0
     assert f"copying: none ({C.ZERO_OV})" in out and "+0.00" not in out
     assert out.rstrip().endswith(f"head 1.0 attending to 'cat' (11) writes no top tokens: {C.WRITES_NOTHING}")
     strongest = [s for s in out.splitlines() if "-composition, strongest: " in s]
-    assert len(strongest) == 3
-    for line in strongest:
-        pairs = line.split(": ", 1)[1].split(", ")
-        assert len(pairs) == 5 and all(p.startswith("L0 H") and " -> L1 H" in p for p in pairs), line
+    assert strongest == ["q-composition, strongest: L0 H0 -> L1 H0 0.000 (8 of 9 pairs n/a)",
+                         "k-composition, strongest: L0 H0 -> L1 H0 0.109 (8 of 9 pairs n/a)",
+                         "v-composition, strongest: none (9 of 9 pairs n/a)"]
+    assert f"  n/a: {C.ZERO_COMPOSITION}" in out.splitlines()
     rc, out, _ = cli("circuits", "--model", "attnviz-textbook", "--head", "1.0", "--token", "cat", "--json")
     doc = json.loads(out)
     assert doc["copying"] is None and doc["no_copying"] == C.ZERO_OV
     assert doc["ov_top"] == [] and doc["no_ov_top"] == C.WRITES_NOTHING
+    assert doc["composition"]["v"][0][0][1] == [None, None, None]  # [l1][h1][l2]: into L1's heads
+    assert doc["composition"]["k"][0][0][1][0] == pytest.approx(0.109, abs=1e-3)
+    assert doc["no_composition"] == f"null: {C.ZERO_COMPOSITION}"

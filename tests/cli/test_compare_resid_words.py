@@ -17,3 +17,13 @@ def test_the_report_and_the_panel_write_the_residual_cosine_alike(cli):
     rc, out, _ = cli("compare", "--model", TOY, "--quantize", "Q4_0", "--text", TEXT)
     assert rc == 0
     assert resid_drift(cos) in out.splitlines()
+
+
+def test_the_report_writes_the_drift_through_the_engines_words(cli, monkeypatch):
+    """One source: the report's line is compare.resid_drift's, whatever that writes."""
+    from attnviz.engine.analysing import compare
+
+    monkeypatch.setattr(compare, "resid_drift", lambda cos: f"drift of {len(cos)} blocks")
+    rc, out, _ = cli("compare", "--model", TOY, "--quantize", "Q4_0", "--text", TEXT)
+    assert rc == 0
+    assert "drift of " in out and "residual stream cosine" not in out

@@ -128,7 +128,8 @@ def test_a_copy_only_textbook_head_scores_copying_one(tmp_path):
     top = C.ov_top(model, 1, 2, textbook.VOCAB.index("cat"), k=1)
     assert top[0][0] == textbook.VOCAB.index("cat")
     comp = C.composition_scores(model)
-    assert comp["k"][0, 0, 1, 0] > comp["k"][0, 2, 1, 0]  # the induction key reads the previous-token head
+    assert comp["k"][0, 0, 1, 0] > 0.05  # the induction key reads the previous-token head
+    assert np.isnan(comp["k"][0, 2, 1, 0])  # (L0 H2 writes nothing: 0 / 0, no score)
 
 
 def test_an_encoder_has_no_copying_and_refuses_ov_top_in_one_line():
@@ -194,12 +195,38 @@ def test_a_model_whose_every_ov_circuit_is_zero_has_no_copying_and_no_top_tokens
 def test_strongest_composition_pairs_are_earlier_layer_into_later_layer_only():
     """No self pair and no pair within one layer (their 0 is no score), for the whole model and
     into one head (the Circuits tab's partners)."""
-    model = load_model(textbook.TEXTBOOK_NAME)  # 2 layers of 3 heads: 9 defined pairs
+    model = load_model(FIXTURES / "gpt2")  # 2 layers of 4 heads: 16 defined pairs
     comp = C.composition_scores(model)["q"]
     every = C.strongest(comp, 100)
-    assert len(every) == 9 and all(l1 < l2 for l1, _, l2, _, _ in every)
+    assert len(every) == 16 and all(l1 < l2 for l1, _, l2, _, _ in every)
     assert [v for *_, v in every] == sorted((v for *_, v in every), reverse=True)
     assert C.strongest(comp, 5, into=(1, 2)) == [(0, h, 1, 2, comp[0, h, 1, 2]) for h in
                                                  np.argsort(-comp[0, :, 1, 2], kind="stable")]
     assert C.strongest(comp, 5, into=(0, 1)) == []  # the first layer reads no earlier head
     assert C.strongest(np.zeros((1, 4, 1, 4)), 5) == []
+    assert C.undefined(comp) == (0, 16)
+
+
+def test_a_composition_with_a_zero_factor_is_undefined_and_not_ranked():
+    """The textbook model: most of its heads have zero W_V W_O (all but L0 H0), L1 H1 a zero W_Q
+    and L1 H2 zero W_Q and W_K, so those pairs' ‖A B‖ / (‖A‖ ‖B‖) is 0 / 0: NaN, never a 0.000
+    ranked among the partners; the defined pairs keep their scores."""
+    model = load_model(textbook.TEXTBOOK_NAME)
+    comp = C.composition_scores(model)
+    m = [C.head_matrices(model, layer) for layer in range(2)]
+    for mode in C.MODES:
+        for h1 in range(3):
+            for h2 in range(3):
+                a = m[0].v[h1] @ m[0].o[h1]
+                b = {"q": m[1].q[h2] @ m[1].k[h2].T, "k": m[1].k[h2] @ m[1].q[h2].T,
+                     "v": m[1].v[h2] @ m[1].o[h2]}[mode]
+                zero = not a.any() or not b.any()
+                assert np.isnan(comp[mode][0, h1, 1, h2]) == zero, (mode, h1, h2)
+        assert (comp[mode][~C.composing(2, 3)] == 0).all()  # (no composing pair: 0 as before)
+    assert comp["k"][0, 0, 1, 0] == pytest.approx(0.109, abs=1e-3)
+    assert C.strongest(comp["k"], 5) == [(0, 0, 1, 0, comp["k"][0, 0, 1, 0])]
+    assert C.strongest(comp["v"], 5) == [] and C.undefined(comp["v"]) == (9, 9)
+    assert C.undefined(comp["q"], into=(1, 0)) == (2, 3)
+    nums = C.composition_numbers(comp)
+    assert nums["v"][0][1][1][2] is None and nums["k"][0][0][1][0] == comp["k"][0, 0, 1, 0]
+    assert nums["k"][1][0][0][0] == 0.0  # (no composing pair: 0 as before)

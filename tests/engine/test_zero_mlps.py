@@ -41,3 +41,41 @@ def test_an_mlp_out_patch_and_a_qk_attribution_of_the_toy_say_so(toy):
     assert Q.qk_attribution(toy, trace, 1, 0, 5, 2).note == (
         f"{ALL_ZERO}, so its MLP parts here are 0 but for float rounding")
     assert Q.qk_attribution(toy, trace, 0, 0, 5, 2).note == ""  # (layer 0 reads no MLP)
+
+
+def test_the_toy_quantized_to_q8_0_still_has_zero_mlps(toy):
+    """Quantized in memory (the window's and `--quantize`'s twin): an all-zero W_out quantizes to
+    all-zero blocks, which dequantize to zeros."""
+    from attnviz.engine.computing.quantized import quantized_model
+
+    q8 = quantized_model(toy, "Q8_0")
+    assert zero_mlps(q8) == (0, 1)
+    assert stored_as_zeros(q8) == ALL_ZERO.replace("attnviz-toy-stdlib's", "attnviz-toy-stdlib as Q8_0's")
+
+
+def test_a_packed_q8_0_w_out_is_read_in_its_blocks(tmp_path):
+    """A GGUF model with the kernels on holds W_out in its Q8_0 blocks (no float32 copy): the zero
+    MLP of layer 1 is found from those blocks, and no layer is expanded to float32 to find it."""
+    import pytest
+
+    pytest.importorskip("numba")
+    from attnviz.engine.computing.load import load_gguf
+    from attnviz.engine.reading import qpack
+    from gguf_files import Q, gguf_tensors, write_gguf
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    cfg["intermediate_size"] = 64  # (whole Q8_0 blocks: ffn_down is packed too)
+    rng = np.random.default_rng(0)
+    for name in [n for n in tensors if ".ffn_" in n and not n.endswith("norm.weight")]:
+        tensors[name] = 0.05 * rng.standard_normal((64, 64)).astype(np.float32)
+    tensors["blk.1.ffn_down.weight"][:] = 0
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    qpack.ask_for_kernels()
+    try:
+        model = load_gguf(path)
+    finally:
+        qpack.ask_for_kernels(False)
+    store = model.weights.layers
+    assert store.packed_view(1).w_out is None and store.packed_view(1).packed.w_out is not None
+    assert zero_mlps(model) == (1,)
+    assert store.held_bytes() == 0  # (read in its blocks: nothing expanded)

@@ -4,8 +4,6 @@
 
 import xml.etree.ElementTree as ET
 
-from PySide6.QtGui import QFontMetricsF
-
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C
 from attnviz.figures import circuits
@@ -23,13 +21,13 @@ def test_the_exported_circuits_without_a_focus_says_so_and_no_click(qapp, monkey
     view = circuits.circuits_view(C.circuits(model), model=model.name, kv_group=model.kv_group)
     painted = _svg_text(circuits.svg_bytes(view, 900)[0])
     assert NONE in painted and "click" not in painted.lower(), painted
-    lines = []  # the lines the PNG paints (each elided to the width as it is drawn)
+    lines = []  # the lines the PNG lays out and paints (each wrapped to the width)
+    wrap = circuits.wrap
 
-    class Spy(QFontMetricsF):
-        def elidedText(self, text, *args):
-            lines.append(text)
-            return super().elidedText(text, *args)
-    monkeypatch.setattr(circuits, "QFontMetricsF", Spy)
+    def spy(text, *args, **kw):
+        lines.append(text)
+        return wrap(text, *args, **kw)
+    monkeypatch.setattr(circuits, "wrap", spy)
     assert circuits.png_bytes(view, 900)[0].startswith(b"\x89PNG")
-    assert lines == [NONE]
+    assert lines == [NONE, NONE]  # (layout, then paint)
     assert view.lines(screen=True) == ["Focus a head (click it in the grid) for its composition partners."]

@@ -46,3 +46,28 @@ def test_a_head_that_writes_nothing_lists_no_top_tokens():
     view = _view((1, 0), ov=(1, 0, 11, "cat", [], None))
     assert view.lines()[-1] == f"L1 H0 attending to 'cat' writes no top tokens: {C.WRITES_NOTHING}."
     assert fig.numbers(view)["ov_top"] == [] and fig.numbers(view)["no_ov_top"] == C.WRITES_NOTHING
+
+
+def test_a_composition_of_0_over_0_is_no_partner_and_is_said(qapp):
+    """A pair whose earlier W_V W_O or later W_Q W_Kᵀ / W_K W_Qᵀ / W_V W_O is zero has no score:
+    the focused head's partners leave it out (not a 0.000 ranked with the rest), count it n/a and
+    say why, painted whole in the figure; JSON holds null."""
+    import xml.etree.ElementTree as ET
+
+    comp = {m: np.zeros((2, 2, 2, 2)) for m in C.MODES}
+    comp["q"][0, :, 1, 0] = [np.nan, 0.25]
+    comp["v"][0, :, 1, 0] = np.nan
+    view = fig.CircuitsView("m", COPYING, "", comp, None, (1, 0), {}, None, False)
+    lines = view.lines()
+    assert lines[2:] == [
+        "  Q-composition (reads them in its queries): L0 H1 0.250 (1 of 2 earlier heads n/a)",
+        "  K-composition (reads them in its keys): L0 H0 0.000, L0 H1 0.000",
+        "  V-composition (reads them in its values): none (2 of 2 earlier heads n/a)",
+        f"  n/a: {C.ZERO_COMPOSITION}."]
+    svg = fig.svg_bytes(view, 800)[0]
+    painted = " ".join(e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text)
+    assert f"n/a: {C.ZERO_COMPOSITION}." in " ".join(painted.split())  # (wrapped, not cut short)
+    doc = json.loads(fig.number_bytes(view, "json"))
+    assert doc["composition"]["q"][0][0][1] == [None, 0.0] and doc["partners"]["v"] == []
+    assert doc["no_composition"] == f"null: {C.ZERO_COMPOSITION}"
+    assert "no_composition" not in json.loads(fig.number_bytes(_view(None), "json"))

@@ -4,6 +4,7 @@ the focused head writes, for a model with an unembedding (not an encoder: it has
 and no top tokens either)."""
 
 import json
+import re
 
 import numpy as np
 
@@ -141,3 +142,25 @@ def test_a_model_whose_ov_circuits_are_zero_is_told_why_it_has_no_copying_map(qt
     assert view.map is None and view.isVisible()
     assert view.empty_text == (f"No copying map. {C.ZERO_OV[:1].upper()}{C.ZERO_OV[1:]}. The composition "
                                "partners below still apply.")
+
+
+def test_a_composition_of_0_over_0_is_no_partner_in_the_tab(qtbot, tmp_path):
+    """The textbook decoder's L1 H0: of its earlier heads only L0 H0 writes (W_V W_O not zero), and
+    L1 H0 reads nothing through its values, so its partners list L0 H0 alone for Q and K, none for
+    V, each counting the rest n/a, with the reason under them (not 0.000 for every pair)."""
+    from windows import TEXTBOOK
+
+    w = open_window(qtbot, tmp_path / "t.ini", model=TEXTBOOK, panels=("why",))
+    w.circuits_dock.show()
+    w.circuits_dock.raise_()
+    qtbot.waitUntil(lambda: w.circuits_jobs.circuits is not None, timeout=WAIT)
+    w.state.show_head(1, 0)
+    drain_events()
+    label = w.circuits_panel.partners
+    assert label.isVisible()
+    lines = [re.sub(r" \[[^\]]*\]", "", line) for line in label.text().splitlines()[1:]]  # (role badges: once scored)
+    assert lines == [
+        "  Q-composition (reads them in its queries): L0 H0 0.000 (2 of 3 earlier heads n/a)",
+        "  K-composition (reads them in its keys): L0 H0 0.109 (2 of 3 earlier heads n/a)",
+        "  V-composition (reads them in its values): none (3 of 3 earlier heads n/a)",
+        f"  n/a: {C.ZERO_COMPOSITION}."]

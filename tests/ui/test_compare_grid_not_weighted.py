@@ -50,3 +50,24 @@ def test_b_and_a_minus_b_say_they_are_not_value_weighted(compared, qtbot):
         assert not any("% out" in t or "value" in t for t in titles), titles
     st.set_value_weighted(False)
     qtbot.waitUntil(lambda: _note(g) is None, timeout=WAIT)
+
+
+def test_the_compare_panels_tiles_say_they_are_not_value_weighted(compared, qtbot):
+    """The panel's A | B | A − B tiles (and the focused head's) show the weights as they are, A's
+    too: with Value-weighted ticked a line under them says so, as their A then differs from the
+    grid's value-weighted A; unticked, no such line. (The panel said nothing.)"""
+    from attnviz.ui.views.grid_compare import TILES_NOT_WEIGHTED
+
+    w = compared
+    st, panel = w.state, w.compare_panel
+    w.resize(1400, 900)
+    qtbot.waitUntil(lambda: panel.doc() is not None, timeout=WAIT)
+
+    def said():
+        return [lab.text() for lab in panel.findChildren(QLabel) if in_sight(lab) and "value-weighted" in lab.text()]
+    drain_events()
+    assert said() == []
+    st.set_value_weighted(True)
+    qtbot.waitUntil(lambda: said() == [TILES_NOT_WEIGHTED], timeout=WAIT)
+    st.set_value_weighted(False)
+    qtbot.waitUntil(lambda: said() == [], timeout=WAIT)

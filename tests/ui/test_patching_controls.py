@@ -243,3 +243,14 @@ def test_mlp_out_of_the_attention_only_toy_says_its_mlps_are_zeros(qtbot, win):
                          "model): each writes exactly 0, so patching its output changes nothing"), line
     p = _run(qtbot, win, "resid")
     assert "Note:" not in p.map.view.metric_line()
+
+
+def test_target_and_alt_say_how_a_token_is_typed_on_hover(win):
+    """Hovering Target or Alt gives the token rule (plain text is text, #N an id: the command
+    line's words) and what an empty box means. (Only the placeholder spoke, of the default.)"""
+    from attnviz.engine.analysing.predict import TOKEN_RULE
+
+    p = win.patching_panel
+    assert p.target_edit.toolTip() == f"A token: {TOKEN_RULE}. Empty: the clean top-1."
+    assert p.alt_edit.toolTip() == f"A token: {TOKEN_RULE}. Empty: the corrupted top-1 (its 2nd if the same)."
+    assert p.target_edit.placeholderText() == "the clean top-1"

@@ -22,7 +22,8 @@ A post-norm model (BERT) has no input norm before attention: its weights are use
                  where that matrix is exactly zero; no map at all when it is for every head.
     composition(mode)[l1, h1, l2, h2] = ‖A B‖_F / (‖A‖_F ‖B‖_F), A = W_V W_O of the earlier head
                  (l1, h1), B of the later head (l2, h2): W_Q W_Kᵀ (q), W_K W_Qᵀ (k), W_V W_O (v);
-                 defined only for l1 < l2 (composing; stored as 0 elsewhere).
+                 defined only for l1 < l2 (composing; stored as 0 elsewhere). NaN (0 / 0,
+                 undefined: ZERO_COMPOSITION) where A or B is exactly zero.
 
 The norms are computed in factored form: ‖A B‖_F² = ⟨AᵀA, B Bᵀ⟩, with AᵀA = W_Oᵀ (W_Vᵀ W_V) W_O
 and B Bᵀ = W_Q (W_Kᵀ W_K) W_Qᵀ (and so on) built once per head, never per pair.
@@ -48,6 +49,8 @@ HEAD_ZERO_OV = ("that head's W_E W_V W_O W_U is exactly zero, so its copying sco
                 "0 / 0, undefined")
 ZERO_OV = ("every head's W_E W_V W_O W_U is exactly zero: no head writes a token through its values, "
            "and every copying score Re(Σλ) / Σ|λ| is 0 / 0, undefined")
+ZERO_COMPOSITION = ("the earlier head's W_V W_O or the later head's W_Q W_Kᵀ (q), W_K W_Qᵀ (k) or "
+                    "W_V W_O (v) is exactly zero, so its composition score is 0 / 0, undefined")
 WRITES_NOTHING = ("every logit it writes is exactly 0, so no token ranks above another (its W_E W_V "
                   "W_O W_U row is zero)")
 VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
@@ -207,7 +210,8 @@ def _reader_factors(m: HeadMatrices) -> dict:  # -> mode: S [n_head, d_model, d_
 
 def composition_scores(model, progress=None) -> dict:
     """mode -> [n_layer, n_head, n_layer, n_head]: composition of earlier head [l1, h1] into
-    later head [l2, h2] (module docstring); 0 unless l1 < l2. progress(layers done, n_layer)
+    later head [l2, h2] (module docstring); 0 unless l1 < l2, NaN where either factor is exactly
+    zero (ZERO_COMPOSITION). progress(layers done, n_layer)
     after each layer (it may raise to stop)."""
     cfg = model.config
     L, H, d = cfg.n_layer, cfg.n_head, cfg.d_model
@@ -239,7 +243,8 @@ def composition_scores(model, progress=None) -> dict:
                     nl = later * H
                     d2 = dots[(3 * j + k) * H:(3 * j + k + 1) * H, :nl]  # [n_head, earlier heads]
                     denom = np.sqrt(np.outer(reader_norm, writer_norm[:nl]))
-                    score = np.sqrt(np.maximum(d2, 0.0)) / np.where(denom > 0, denom, 1.0)
+                    score = np.where(denom > 0, np.sqrt(np.maximum(d2, 0.0))
+                                     / np.where(denom > 0, denom, 1.0), np.nan)
                     out[mode][:later, :, later, :] = score.T.reshape(later, H, H)
             pending = []
         if progress is not None:
@@ -256,11 +261,11 @@ def composing(n_layer: int, n_head: int) -> np.ndarray:
 
 
 def strongest(scores, n: int, into: tuple[int, int] | None = None) -> list[tuple[int, int, int, int, float]]:
-    """The n defined pairs (composing) with the largest composition scores [n_layer, n_head,
-    n_layer, n_head], largest first, as (l1, h1, l2, h2, score); `into` (l2, h2): only pairs into
-    that head. None for a model of one layer, or a head of the first."""
+    """The n defined pairs (composing, not NaN) with the largest composition scores [n_layer,
+    n_head, n_layer, n_head], largest first, as (l1, h1, l2, h2, score); `into` (l2, h2): only
+    pairs into that head. None for a model of one layer, or a head of the first."""
     scores = np.asarray(scores)
-    keep = composing(*scores.shape[:2]).copy()
+    keep = composing(*scores.shape[:2]) & ~np.isnan(scores)
     if into is not None:
         keep[:, :, :into[0]] = keep[:, :, into[0] + 1:] = False
         keep[:, :, into[0], :into[1]] = keep[:, :, into[0], into[1] + 1:] = False
@@ -274,6 +279,29 @@ def copying_numbers(copying) -> list | None:
     if copying is None:
         return None
     return [[None if np.isnan(v) else float(v) for v in row] for row in np.asarray(copying)]
+
+
+def undefined(scores, into: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(undefined, composing) pair counts of composition scores [n_layer, n_head, n_layer, n_head]:
+    the composing pairs whose score is NaN (ZERO_COMPOSITION), of all; `into` (l2, h2): of the
+    pairs into that head."""
+    scores = np.asarray(scores)
+    if into is not None:
+        scores = scores[:, :, into[0], into[1]][:into[0]]  # [earlier layers, n_head]
+        return int(np.isnan(scores).sum()), scores.size
+    keep = composing(*scores.shape[:2])
+    return int(np.isnan(scores[keep]).sum()), int(keep.sum())
+
+
+def composition_numbers(composition: dict) -> dict:
+    """The composition scores as JSON holds them: mode -> nested lists, an undefined (NaN) score
+    as null."""
+    out = {}
+    for mode in MODES:
+        a = np.asarray(composition[mode], dtype=object)
+        a[np.isnan(np.asarray(composition[mode], dtype=np.float64))] = None
+        out[mode] = a.tolist()
+    return out
 
 
 def circuits(model, progress=None) -> Circuits:

@@ -3,9 +3,10 @@ runner's Compare session (ui/machinery/compare_jobs.py):
 
 - A | B | A − B: every head of the layer on screen, as the grid shows them (under Hide first token
   renormalised, the hidden key and rows with no weight painted in the no-value colour,
-  figures/style.no_value_colour, a line under them naming it; each tile pooled to its pixels:
-  compare_tiles.py); the difference in a diverging
-  colour map symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
+  figures/style.no_value_colour, a line under them naming it; never value-weighted, a line saying
+  so under Value-weighted; each tile pooled to its pixels: compare_tiles.py); the difference in a
+  diverging colour map symmetric about 0 with its own colour bar (its limit the layer's largest
+  |A − B|);
 - the layers x heads JSD map (figures/headmap.py); a click focuses that head, shown below as A, B
   and A − B side by side;
 - the token strip: a red frame where the top-1 next token flips, a bar for each position's
@@ -25,13 +26,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 from PySide6.QtWidgets import (
-    QButtonGroup,
-    QLabel,
-    QPushButton,
-    QSizePolicy,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
+    QButtonGroup, QLabel, QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing.compare import beside_threshold, resid_drift
@@ -154,7 +149,9 @@ class ComparePanel(QWidget):
         self.tiles = Canvas(self._paint_tiles, 220, fit=self._tiles_fit)
         self.tiles.hover = lambda x, y: compare_tiles.tile_readout(self, x, y)
         self.blank_note = plain_label(QLabel(F.blank_note(state.colormap)))  # (under Hide first token)
-        self.blank_note.setWordWrap(True)
+        self.unweighted = plain_label(QLabel(GC.TILES_NOT_WEIGHTED))  # (under Value-weighted)
+        for note in (self.blank_note, self.unweighted):
+            note.setWordWrap(True)
         self.map = Canvas(self._paint_map, MAP_HEIGHT, fit=self._map_fit)
         self.map.sigClicked.connect(self._on_map_click)
         self.map.hover = self._map_readout
@@ -172,6 +169,7 @@ class ComparePanel(QWidget):
         col.addLayout(modes)
         col.addWidget(self.tiles, 3)
         col.addWidget(self.blank_note)
+        col.addWidget(self.unweighted)
         col.addWidget(self.strip, 1)
         col.addWidget(self.summary)
         col.addWidget(self.map, 2)
@@ -217,6 +215,7 @@ class ComparePanel(QWidget):
         self.export_button.setEnabled(self.doc() is not None)
         self.blank_note.setText(F.blank_note(self.state.colormap))
         self.blank_note.setVisible(self.state.hide_first and self.doc() is not None)
+        self.unweighted.setVisible(self.state.value_weighted and self.doc() is not None)
         self._set_summary()
         self.induction.setText(self.induction_text())
         for canvas in (self.tiles, self.strip, self.focus, self.map):

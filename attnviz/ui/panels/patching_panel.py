@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.analysing.predict import TOKEN_RULE
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patching as fig
@@ -110,8 +111,10 @@ class PatchingPanel(QWidget):
         self.swapped.setWordWrap(True)
         self.swapped.hide()
         self.target_edit, self.alt_edit = QLineEdit(), QLineEdit()
-        self.target_edit.setPlaceholderText("the clean top-1")
-        self.alt_edit.setPlaceholderText("the corrupted top-1 (its 2nd if the same)")
+        for edit, empty in ((self.target_edit, "the clean top-1"),
+                            (self.alt_edit, "the corrupted top-1 (its 2nd if the same)")):
+            edit.setPlaceholderText(empty)  # (and the rule for what is typed, on hover)
+            edit.setToolTip(f"A token: {TOKEN_RULE}. Empty: {empty}.")
         self.position_box = QSpinBox()  # P: -1 is the last token, whatever the text's length
         self.position_box.setRange(LAST, POSITION_MAX)
         self.position_box.setSpecialValueText("last token")

@@ -228,6 +228,10 @@ FAILED = "(could not compare: A's last run shown)"  # (the Compare panel's note 
 CLEAN_RUNS = "clean runs: what is switched off in A is on in both"
 # under the selector while B or A − B is shown with Value-weighted on (the sides are never weighted)
 NOT_WEIGHTED = "B and A \u2212 B are not value-weighted: they show both models' attention weights as they are."
+# under the Compare panel's tiles with Value-weighted on (its A too: A − B is of the sides as they are)
+TILES_NOT_WEIGHTED = ("A, B and A \u2212 B here are not value-weighted, A included: they show both "
+                      "models' attention weights as they are, so this A differs from the grid's "
+                      "value-weighted A.")
 
 
 def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_first: bool = False,
