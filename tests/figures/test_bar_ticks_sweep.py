@@ -59,4 +59,5 @@ def test_every_label_reads_its_ticks_value(seed):
             assert lo <= v <= hi, (lo, hi, v, t)
             assert abs(_number(t) - Decimal(v)) <= _half_unit(t), (lo, hi, v, t)
         mid = lo / 2 + hi / 2
-        assert abs(_number(bar_text(lo, hi, mid)) - Decimal(mid)) <= _half_unit(bar_text(lo, hi, mid))
+        text = bar_text(lo, hi, mid)
+        assert abs(_number(text) - Decimal(mid)) <= _half_unit(text), (lo, hi, mid, text)

@@ -45,6 +45,8 @@ def test_the_tiles_hover_names_the_cell_each_pixel_shows(compared, qtbot, monkey
         assert (side < T) == (T == 128), (side, T)
         lim = F.signed_limit(d)
         values = d if mode == "A-B" else a.rows(LAYER, 0, T)
+        # every cell's colour at once, [n_head, T, T, 3] (both maps work value by value)
+        colours = F.signed_rgb(values, lim) if mode == "A-B" else F.weight_rgb(values, st.colormap)
         wrong = []
         for r in (panel.tile_rects[0], panel.tile_rects[-1]):
             for y in range(int(r.top()) - 1, int(r.bottom()) + 2):
@@ -54,8 +56,7 @@ def test_the_tiles_hover_names_the_cell_each_pixel_shows(compared, qtbot, monkey
                     if not named:
                         continue
                     h, q, k = named[-1]
-                    want = (BLANK if blank is not None and blank[h, q] else
-                            F.signed_rgb(values[h, q, k], lim) if mode == "A-B" else F.weight_rgb(values[h, q, k], st.colormap))
+                    want = BLANK if blank is not None and blank[h, q] else colours[h, q, k]
                     got = tuple(image.pixelColor(x, y).getRgb()[:3])
                     if tuple(int(v) for v in want) != got:
                         wrong.append((mode, x, y, h, q, k, got))

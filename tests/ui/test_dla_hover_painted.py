@@ -40,11 +40,13 @@ def _wrong(view: HeadMapView, hm: fig.HeadMap) -> list:
     assert image.devicePixelRatio() == 1
     right = max(lay.x_column + lay.cell, *(r.right() for r in lay.extra_rects))
     bottom = max(r.bottom() for r in lay.extra_rects)
-    wrong = []
+    wrong, colours = [], {}  # each cell's colour, worked out once
     for y in range(int(lay.title_h), int(bottom) + 2):
         for x in range(int(lay.left) - 2, int(right) + 2):
             what = view.hit_at(float(x), float(y))
-            named, got = _named_colour(hm, what), _rgb(image.pixelColor(x, y))
+            if what not in colours:
+                colours[what] = _named_colour(hm, what)
+            named, got = colours[what], _rgb(image.pixelColor(x, y))
             if named is None:
                 if got != PAPER_RGB:
                     wrong.append((x, y, None, got))

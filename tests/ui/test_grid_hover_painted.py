@@ -146,6 +146,8 @@ def test_the_hover_over_a_pooled_random_pattern_names_a_cell_of_the_colour_paint
     table = heat_table(st.colormap)
     attn = st.result.attentions
     tops = shown.tops(st.scale_mode, [0])[0]
+    # every cell's colour, [n_head, T, T, rgb]: heat_positions broadcasts (each value as on its own)
+    colours = table[heat_positions(attn[0], np.asarray(tops)[:, None, None]).astype(np.intp)][..., :3]
     wrong, seen = [], 0
     for i in range(len(lo.heads)):
         left, right, top, bottom = _tile_span(g, i)
@@ -155,8 +157,7 @@ def test_the_hover_over_a_pooled_random_pattern_names_a_cell_of_the_colour_paint
                 if cell is None:
                     continue
                 head, q, k, _ = cell
-                colour = table[int(heat_positions(attn[0, head, q, k], tops[head]))][:3]
-                if tuple(int(c) for c in colour) != _rgb(image, x, y):
+                if tuple(colours[head, q, k].tolist()) != _rgb(image, x, y):
                     wrong.append((head, x, y, q, k))
                 seen += 1
     assert seen > lo.T * lo.T and not wrong, f"{len(wrong)} of {seen}: {wrong[:6]}"

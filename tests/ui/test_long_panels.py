@@ -35,6 +35,15 @@ def win(qtbot, tmp_path, smollm2):
     w.worker.wait_idle()
 
 
+@pytest.fixture(scope="module")
+def dense_long(smollm2):
+    """SmolLM2's dense run of LONG, made once for the tests that compare the panels with it (they
+    only read it: its patterns are read-only)."""
+    full = smollm2.run(LONG, request=RunRequest(use_cache=False))  # [n_layer, n_head, T, T]
+    full.attentions.flags.writeable = False
+    return full
+
+
 def show_long(qtbot, w, text):
     """Type `text` (over the lowered dense limit) and wait until the long view shows its run."""
     w.set_text(text)
@@ -96,11 +105,11 @@ def check_shown(w, dense, hs):
     assert f"Labels on this text: {counts or 'none'}" in panel.summary.text()
 
 
-def test_head_roles_of_a_long_text_are_its_dense_scores(win, qtbot, smollm2):
+def test_head_roles_of_a_long_text_are_its_dense_scores(win, qtbot, smollm2, dense_long):
     w, st, panel = win, win.state, win.roles_panel
     show_long(qtbot, w, LONG)
     wait_scored(qtbot, w)
-    full = smollm2.run(LONG, request=RunRequest(use_cache=False))  # [n_layer, n_head, T, T]
+    full = dense_long
     assert full.n_tokens == st.long.T > 100
     unknown = H.unknown_token_ids(smollm2)
     check_shown(w, H.score_result(full, unknown_ids=unknown), st.head_scores)
@@ -140,7 +149,7 @@ def find_rows(find):
              t.item(i, 3).data(Qt.ItemDataRole.DisplayRole)) for i in range(t.rowCount())]
 
 
-def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smollm2):
+def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smollm2, dense_long):
     w, st, panel = win, win.state, win.roles_panel
     panel.tabs.setCurrentWidget(panel.find)
     show_long(qtbot, w, LONG)
@@ -149,7 +158,7 @@ def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smo
     T = len(labels)
     qtbot.waitUntil(lambda: find.find_from.count() == T, timeout=WAIT)  # the long text's tokens
     assert [find.find_to.itemText(i) for i in range(T)] == [f"{lab}@{i}" for i, lab in enumerate(labels)]
-    full = smollm2.run(LONG, request=RunRequest(use_cache=False))
+    full = dense_long
     cfg = smollm2.config
     for q, k in [(T - 1, 0), (T // 2 + 7, T // 2 - 30), (60, 59)]:
         hits = find.set_find(f"{labels[q]}@{q}", f"@{k}")

@@ -34,6 +34,16 @@ def win(qtbot, tmp_path, smollm2):
     w.worker.wait_idle()
 
 
+@pytest.fixture(scope="module")
+def dense_long(smollm2):
+    """SmolLM2's dense run of LONG with its value norms, made once for the tests that compare the
+    long view with it (they only read it: its arrays are read-only)."""
+    full = smollm2.run(LONG, request=RunRequest(use_cache=False, values=True))
+    full.attentions.flags.writeable = False
+    full.value_norms.flags.writeable = False
+    return full
+
+
 def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, smollm2):
     w, gen, panel = win, win.state.generation, win.generate_panel
     panel.n_spin.setValue(4)
@@ -118,7 +128,7 @@ def wheel(widget, pos: QPointF, notches: int) -> None:
     QApplication.sendEvent(widget, ev)
 
 
-def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, smollm2):
+def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, smollm2, dense_long):
     w, lg = win, win.state.long
     cfg = smollm2.config
     w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
@@ -129,7 +139,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     qtbot.waitUntil(ready, timeout=WAIT)
     view = widget(w, "long_view")
     assert w.grid_stack.currentWidget() is view and w.state.result is None
-    dense_run = smollm2.run(LONG, request=RunRequest(use_cache=False))
+    dense_run = dense_long
     dense = dense_run.attentions  # [n_layer, n_head, T, T]
     T = lg.T
     # the token strip shows the long text's tokens (not "no tokens" while the long view shows)
@@ -230,7 +240,7 @@ def pixel_of_cell(pane, region, q: int, k: int) -> int:
     return pane.grab().toImage().pixel(int(x), int(y))
 
 
-def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, smollm2):
+def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, smollm2, dense_long):
     """The two boxes act on a long text as on the grid: the tiles and the pane are the dense run's
     shown pattern under them, the hidden key's column is painted blank, each painted cell has its
     value's colour, hover reads the shown weight."""
@@ -240,7 +250,7 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
     w.state.set_layer(5)
     w.set_text(LONG)
     boxes = {"hide": w.controls.hide_first_check, "weighted": w.controls.value_check}
-    full = smollm2.run(LONG, request=RunRequest(use_cache=False, values=True))  # [n_layer, n_head, T, T], value norms
+    full = dense_long  # [n_layer, n_head, T, T], value norms
 
     def shows(options):
         return lambda: (lg.run is not None and lg.pane is not None and lg.tiles is not None

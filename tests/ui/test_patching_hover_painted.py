@@ -36,9 +36,13 @@ def test_the_map_hover_names_the_cell_each_pixel_shows(qtbot, T):
     assert (max(lay.pool) > 1) == (T == 300) and lay.cell_w != int(lay.cell_w)  # cells at fractional edges
     image = m.grab().toImage()
 
+    limit, colours = view.limit, {}  # each cell's colour, worked out once
+
     def named(x, y):
         cell = m.hit_at(x, y)
-        return None if cell is None else rgb(colour(float(view.values[cell]) - view.unchanged, view.limit))
+        if cell is not None and cell not in colours:
+            colours[cell] = rgb(colour(float(view.values[cell]) - view.unchanged, limit))
+        return None if cell is None else colours[cell]
     xs = range(int(lay.xs[0]), int(np.ceil(lay.xs[-1] + lay.cell_w)) + 1)
     ys = range(int(lay.ys[0]), int(np.ceil(lay.ys[-1] + lay.cell_h)) + 1)
     wrong = _shown(image, named, xs, ys)
@@ -53,12 +57,15 @@ def test_the_pattern_hover_names_the_cell_each_pixel_shows(qtbot, T):
     side = int(pair.rects[0].width())
     assert (side < T) == (T == 300)
 
+    index = {label: i for i, label in enumerate(labels)}  # (each token's label is its own)
+    colours = C.weight_rgb(att[0, 0], "viridis")  # [T, T, 3]: every cell's colour at once
+
     def named(x, y):
         text = pair.readout_at(x, y)
         if not text:
             return None
-        q, k = (labels.index(s.strip("'")) for s in text.split("  ")[1].split(" \u2192 "))
-        return tuple(int(v) for v in C.weight_rgb(att[0, 0, q, k], "viridis"))
+        q, k = (index[s.strip("'")] for s in text.split("  ")[1].split(" \u2192 "))
+        return tuple(int(v) for v in colours[q, k])
     r0, r1 = pair.rects
     wrong = _shown(image, named, range(int(r0.left()) - 1, int(r1.right()) + 2),
                    range(int(r0.top()) - 1, int(r0.bottom()) + 2))
