@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QObject, QPointF
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, QPointF, QTimer
 
 from attnviz.figures.painted import painted_index
 
@@ -50,6 +51,39 @@ class PressWatch(QObject):
         if ev.type() in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonDblClick):
             self.at = QPointF(ev.position())
         return False
+
+
+class MoveWatch(QObject):
+    """Passes the scene point under the pointer on GraphicsView `gw` to `on_moved` at each move the
+    scene passes on (its sigMouseMoved), and at the last move it dropped, once the pointer has been
+    still for the scene's rate limit: the scene drops a move sooner after the last it passed on than
+    that limit, and a read-out would name the cell before until the pointer moved again."""
+
+    def __init__(self, gw, on_moved):
+        super().__init__(gw)
+        self.gw, self.on_moved, self.dropped = gw, on_moved, False
+        self.later = QTimer(self)
+        self.later.setSingleShot(True)
+        self.later.timeout.connect(self._still)
+        gw.viewport().installEventFilter(self)
+        gw.scene().sigMouseMoved.connect(self._passed)
+
+    def eventFilter(self, watched, ev) -> bool:
+        if ev.type() == QEvent.Type.MouseMove:
+            self.dropped = True  # (until the scene passes it on, as the event is delivered)
+            rate = pg.getConfigOption("mouseRateLimit")
+            if rate > 0:
+                self.later.start(math.ceil(1000 / rate))
+        return False
+
+    def _passed(self, scene_pos) -> None:
+        self.dropped = False
+        self.on_moved(scene_pos)
+
+    def _still(self) -> None:
+        at = self.gw.lastMousePos  # (the last move's, dropped or not)
+        if self.dropped and at is not None:
+            self._passed(self.gw.mapToScene(at.toPoint()))  # (where the scene puts a move there)
 
 
 def painted_span(j: int, lo: float, hi: float, n: int) -> tuple[int, int]:
