@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QPointF, QTimer
+from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QTimer
 
 from attnviz.figures.painted import painted_index
 
@@ -35,6 +35,14 @@ def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, int(item.width()))
     i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, int(item.height()))
     return vb.mapSceneToView(item.mapToScene(QPointF(j + 0.5, i + 0.5)))
+
+
+def window_origin(widget) -> tuple[float, float]:
+    """Where `widget`'s top-left lies in its window, in widget pixels: Qt paints it on its window's
+    device pixels, so at a fractional ratio (an odd offset at 1.5) its own edge lies between two of
+    them, and the figures' hits (figures/painted.py) count from the window's."""
+    p = widget.mapTo(widget.window(), QPoint(0, 0))
+    return float(p.x()), float(p.y())
 
 
 class PressWatch(QObject):
