@@ -1,6 +1,7 @@
 """Which cell or image pixel Qt paints on a screen pixel, for the hovers: Qt's raster engine fills
 an unsmoothed rect (fillRect, a scaled drawImage) between its edges rounded to whole device pixels,
 so the plain test of the pointer against a cell's unrounded edges reads a neighbour near an edge.
+The device pixels are the window's: at a fractional ratio a widget's own edge may lie between two.
 The grid's and the focus view's pictures (ui/views/painted.py) and the head maps (headmap.hit) and
 the Patching map (patching.hit) map the pointer by this arithmetic."""
 
