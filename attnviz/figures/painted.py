@@ -21,6 +21,25 @@ def painted_index(v: int, lo: float, hi: float, n: int) -> int:
     return (first + (v - start) * step) >> 16
 
 
+def drawn_index(v: int, lo: float, size: float, n: int) -> int:
+    """Which of an image's n pixels along an axis QPainter.drawImage (unsmoothed, into a rect
+    spanning lo..lo + size screen pixels, unrounded) paints at screen pixel v: Qt's raster engine
+    rounds the rect's edges to whole pixels and gives each pixel the image pixel at its
+    centre's place in the unrounded rect, in 16.16 fixed point (rounded down from a hair under: on
+    a boundary, the first of the two); it leaves off a last pixel that would read past the image.
+    -1 before the painted span, n after it. (A pyqtgraph ImageItem's: painted_index.)"""
+    start = math.floor(lo + 0.5)
+    width = math.floor(lo + size + 0.5) - start
+    scale = n / size
+    step = int(65536 * scale)
+    first = math.ceil((start + 0.5 - lo) * scale * 65536) - 1
+    if width > 0 and (first + step * (width - 1)) >> 16 >= n:
+        width -= 1
+    if v < start:
+        return -1
+    return (first + (v - start) * step) >> 16 if v < start + width else n
+
+
 def device_pixel(v: float, dpr: float = 1.0, origin: float = 0.0) -> int:
     """The device pixel of its window under widget coordinate v, the widget `origin` widget pixels
     from its window's edge (`dpr` device pixels a widget pixel). Qt paints a widget on its window's

@@ -132,9 +132,10 @@ class PatternPair(QWidget):
         ask = self.panel.jobs.ask
         if self.panel.jobs.sides is None or self.head is None or ask is None:
             return ""
+        dpr, origin = self.devicePixelRatioF(), window_origin(self)
         for name, m, labels, r in zip(("clean", "corrupted"), self._weights(),
                                       (ask.labels_clean, ask.labels_corrupt), self.rects):
-            at = C.tile_pixel(r, x, y)
+            at = C.tile_pixel(r, x, y, dpr, origin)
             if at is not None:
                 q, k = C.strongest_at(m, int(r.width()), *at)
                 return (f"{name} {head_title(*self.head)}  {quoted(labels[q])} \u2192 {quoted(labels[k])}  "
