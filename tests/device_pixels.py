@@ -439,6 +439,43 @@ def patterns():
             "seen": seen, "wrong": wrong[:8], "n_wrong": len(wrong)}
 
 
+def grid_in_window():
+    """The grid at an odd offset in its window (at 1.5 its viewport's edge between two of the
+    window's device pixels): a few rows and columns of every device pixel of two heads."""
+    window = QWidget()
+    window.resize(922, 526)
+    st = AppState()
+    g = HeatmapGrid(st)
+    g.setParent(window)
+    g.setGeometry(11, 13, 900, 500)
+    window.show()
+    st.set_view_mode("layer")
+    st.set_result(result(np.zeros((1, 4, 40, 40), np.float32)))
+    settle()
+    lo = g.layout_
+    T = int(g.gw.viewportTransform().mapRect(g.img.mapRectToScene(QRectF(0, 0, lo.T, lo.T))).width() * 1.3)
+    st.set_result(result((np.random.default_rng(3).random((1, 4, T, T)) ** 3).astype(np.float32)))
+    settle()
+    lo, port, image = g.layout_, g.gw.viewport(), window.grab().toImage()
+    table, attn = heat_table(st.colormap), st.result.attentions
+    tops = st.shown().tops(st.scale_mode, [0])[0]
+    wrong, seen = [], 0
+    for i in range(2):
+        rect = g.gw.viewportTransform().mapRect(g.img.mapRectToScene(QRectF(float(lo.x0[i]), float(lo.y0[i]), lo.T, lo.T)))
+        x0, x1, y0, y1 = around(port, rect, -1)  # (a pixel in from its edges)
+        for x, y in hatch(x0, x1, y0, y1, 4):
+            hovered(port, x, y)
+            m = READ.match(g.hover_text)
+            if m is None:
+                continue
+            h, q, k = int(m[1]), int(m[2]), int(m[3])
+            seen += 1
+            if tuple(int(c) for c in table[int(heat_positions(attn[0, h, q, k], tops[h]))][:3]) != rgb(image, x, y):
+                wrong.append((x, y, h, q, k, rgb(image, x, y)))
+    return {"dpr": port.devicePixelRatioF(), "image_dpr": image.devicePixelRatio(), "pool": lo.pool,
+            "seen": seen, "wrong": wrong[:8], "n_wrong": len(wrong)}
+
+
 if __name__ == "__main__":
     app = QApplication([])
     pg.setConfigOptions(mouseRateLimit=0)  # every move read (the scene drops moves closer in time)

@@ -12,9 +12,10 @@ there, and the named cell's colour compared with the grabbed device pixel's.
 - At 2 and at 1.5: the Compare panel's tiles (pooled, A and A − B) and its token strip (every
   cell framed: a frame's pixels and those inside it name its token, no other pixel does), the
   Patching map of effects (pooled and not) and its patterns, each at an offset in its window
-  that is not whole device pixels at 1.5, as in the app. (At 1.5 the strip's and the map's hovers
-  counted device pixels from the widget's own edge, which lies between two of the window's: a
-  pixel column near a cell's edge named its neighbour, or no cell on a frame's pixel.)"""
+  that is not whole device pixels at 1.5, as in the app; at 1.5 the grid too, at such an offset.
+  (At 1.5 the strip's, the map's and the grid's hovers counted device pixels from the widget's own
+  edge, which lies between two of the window's: a pixel near a cell's edge named its neighbour,
+  or no cell on a frame's pixel.)"""
 
 import json
 import os
@@ -27,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CHILD = REPO / "tests" / "device_pixels.py"  # (the checks, run by a Python of each ratio)
 CHECKS = {"2": ["grid", "focus", "dla", "tiles", "strip", "patching", "patterns"],
-          "1.5": ["tiles", "strip", "patching", "patterns"]}
+          "1.5": ["tiles", "strip", "patching", "patterns", "grid_in_window"]}
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,11 @@ def test_the_focus_view_hover_and_clicks_name_the_device_pixel_under_the_pointer
     f = shown["2"]["focus"]
     assert f["pooled"] and f["hot"] > 100 and f["seen"] > 2 * f["hot"] and f["clicks"] == 24, f
     assert f["n_wrong"] == 0, f
+
+
+def test_the_grid_hover_names_the_device_pixel_under_the_pointer_at_an_odd_offset_in_its_window(shown):
+    g = shown["1.5"]["grid_in_window"]
+    assert g["pool"] > 1 and g["seen"] > 3000 and g["n_wrong"] == 0, g
 
 
 def test_the_dla_hover_names_the_device_pixel_under_the_pointer(shown):

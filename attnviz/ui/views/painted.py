@@ -16,7 +16,7 @@ import math
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QTimer
 
-from attnviz.figures.painted import painted_index
+from attnviz.figures.painted import device_pixel, painted_index
 
 
 def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
@@ -31,9 +31,13 @@ def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     # QGraphicsView gives its scene the pointer rounded to a whole widget pixel: above a device
     # pixel ratio of 1 that is often the device pixel beside the one under the pointer
     exact = at is not None and gw.mapToScene(QPointF(at).toPoint()) == scene_pos
-    at, box = (QPointF(at) if exact else t.map(QPointF(scene_pos))) * dpr, t.mapRect(item.sceneBoundingRect())
-    j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, int(item.width()))
-    i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, int(item.height()))
+    at = QPointF(at) if exact else t.map(QPointF(scene_pos))
+    # (counted from the window's edge: at a fractional ratio the viewport's lies between two pixels)
+    box, (ox, oy) = t.mapRect(item.sceneBoundingRect()), window_origin(gw.viewport())
+    j = painted_index(device_pixel(at.x(), dpr, ox), (box.left() + ox) * dpr, (box.right() + ox) * dpr,
+                      int(item.width()))
+    i = painted_index(device_pixel(at.y(), dpr, oy), (box.top() + oy) * dpr, (box.bottom() + oy) * dpr,
+                      int(item.height()))
     return vb.mapSceneToView(item.mapToScene(QPointF(j + 0.5, i + 0.5)))
 
 
@@ -115,14 +119,15 @@ def painted_centres(gw, vb, item, cols, rows) -> tuple[list[float], list[float]]
     `vb` on GraphicsView `gw`): a mark there sits on the pixel as painted (painted_span)."""
     t, dpr = gw.viewportTransform(), gw.devicePixelRatioF()
     box, back = t.mapRect(item.sceneBoundingRect()), t.inverted()[0]
+    ox, oy = window_origin(gw.viewport())
 
-    def middle(j, lo, hi, n) -> float:
-        first, end = painted_span(j, lo * dpr, hi * dpr, n)
-        return (first + end) / 2 / dpr
+    def middle(j, lo, hi, n, o) -> float:  # (counted from the window's edge, as painted_point)
+        first, end = painted_span(j, (lo + o) * dpr, (hi + o) * dpr, n)
+        return (first + end) / 2 / dpr - o
 
     n_x, n_y, c = int(item.width()), int(item.height()), box.center()
-    xs = [vb.mapSceneToView(back.map(QPointF(middle(j, box.left(), box.right(), n_x), c.y()))).x()
+    xs = [vb.mapSceneToView(back.map(QPointF(middle(j, box.left(), box.right(), n_x, ox), c.y()))).x()
           for j in cols]
-    ys = [vb.mapSceneToView(back.map(QPointF(c.x(), middle(i, box.top(), box.bottom(), n_y)))).y()
+    ys = [vb.mapSceneToView(back.map(QPointF(c.x(), middle(i, box.top(), box.bottom(), n_y, oy)))).y()
           for i in rows]
     return xs, ys
