@@ -441,7 +441,7 @@ def patterns():
 
 def grid_in_window():
     """The grid at an odd offset in its window (at 1.5 its viewport's edge between two of the
-    window's device pixels): a few rows and columns of every device pixel of two heads."""
+    window's device pixels): every device pixel of two rows and two columns of two heads."""
     window = QWidget()
     window.resize(922, 526)
     st = AppState()
@@ -460,10 +460,10 @@ def grid_in_window():
     table, attn = heat_table(st.colormap), st.result.attentions
     tops = st.shown().tops(st.scale_mode, [0])[0]
     wrong, seen = [], 0
-    for i in range(2):
+    for i in (0, 3):  # (the first head and one below it)
         rect = g.gw.viewportTransform().mapRect(g.img.mapRectToScene(QRectF(float(lo.x0[i]), float(lo.y0[i]), lo.T, lo.T)))
         x0, x1, y0, y1 = around(port, rect, -1)  # (a pixel in from its edges)
-        for x, y in hatch(x0, x1, y0, y1, 4):
+        for x, y in hatch(x0, x1, y0, y1, 2):
             hovered(port, x, y)
             m = READ.match(g.hover_text)
             if m is None:
