@@ -100,7 +100,7 @@ def grid():
     wrong, seen, clicks = [], 0, 0
     for i in range(len(lo.heads)):
         x0, x1, y0, y1 = span(g, g.img.mapRectToScene(QRectF(float(lo.x0[i]), float(lo.y0[i]), lo.T, lo.T)))
-        for y in range(y0 + i, y1, 17):  # (rows of both parities, and every device pixel along each)
+        for y in range(y0 + i, y1, 33):  # (rows of both parities, and every device pixel along each)
             for x in range(x0, x1):
                 pos = QPointF(x / dpr, y / dpr)
                 cell = read(g, pos)
@@ -303,7 +303,7 @@ def tiles():
         settle()
         image = panel.grab().toImage()  # (the window: the tiles at their offset in it)
         for r in (panel.tile_rects[0], panel.tile_rects[-1]):
-            for x, y in hatch(*around(panel.tiles, r), 5):
+            for x, y in hatch(*around(panel.tiles, r), 3):
                 m = TILE.search(hovered(panel.tiles, x, y))
                 if m is None:  # (paper there, or a pixel of the tile that names no cell)
                     if inside(panel.tiles, r, x, y) and rgb(image, x, y) != (255, 255, 255):
@@ -385,7 +385,7 @@ def patching():
         m.hit_at = lambda x, y: named.append(hit(x, y)) or named[-1]  # (the cell the hover reads)
         wrong, seen = [], 0
         box = QRectF(lay.xs[0], lay.ys[0], lay.xs[-1] + lay.cell_w - lay.xs[0], lay.ys[-1] + lay.cell_h - lay.ys[0])
-        for x, y in hatch(*around(m, box), 5):
+        for x, y in hatch(*around(m, box), 3):
             text = hovered(m, x, y)
             cell = named[-1]
             if cell is None:
@@ -425,7 +425,7 @@ def patterns():
     cell = re.compile(r"\S+ L0 H0  'w(\d+)' \u2192 'w(\d+)'")
     wrong, seen = [], 0
     for r in pair.rects:
-        for x, y in hatch(*around(pair, r), 5):
+        for x, y in hatch(*around(pair, r), 3):
             m = cell.match(hovered(pair, x, y) and pair.hover_text)
             if m is None:  # (paper there, or a pixel of the tile that names no cell)
                 if inside(pair, r, x, y) and rgb(image, x, y) != (255, 255, 255):
