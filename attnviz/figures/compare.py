@@ -17,6 +17,7 @@ from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import bar_about
+from attnviz.figures.painted import device_pixel, drawn_index
 from attnviz.figures.render import encode_png, figure_font, figure_image
 from attnviz.figures.style import ERROR, FOCUS, colormap_colors, no_value_colour, no_value_word
 
@@ -150,12 +151,17 @@ def block_centre(block: int, n: int, side: float) -> float:
     return (block + 0.5) * side / n
 
 
-def tile_pixel(r: QRectF, x: float, y: float) -> tuple[int, int] | None:
+def tile_pixel(r: QRectF, x: float, y: float, dpr: float = 1.0,
+               origin: tuple[float, float] = (0.0, 0.0)) -> tuple[int, int] | None:
     """(row, column) of the picture in tile rect r (whole pixels, painted a pixel a pixel:
-    tile_rects) on the pixel under (x, y); None off it (r's right and bottom edges lie on the pixels
-    past it)."""
-    i, j = math.floor(y - r.top()), math.floor(x - r.left())
-    return (i, j) if 0 <= i < int(r.height()) and 0 <= j < int(r.width()) else None
+    tile_rects) that Qt paints on the device pixel under (x, y) (`dpr` device pixels a widget
+    pixel, the widget at `origin` in its window: painted.drawn_index); None off it. (At a ratio of
+    1.25 a picture pixel spans one or two device pixels, not always the one under the pointer's
+    corner.)"""
+    n_y, n_x = int(r.height()), int(r.width())
+    i = drawn_index(device_pixel(y, dpr, origin[1]), (r.top() + origin[1]) * dpr, r.height() * dpr, n_y)
+    j = drawn_index(device_pixel(x, dpr, origin[0]), (r.left() + origin[0]) * dpr, r.width() * dpr, n_x)
+    return (i, j) if 0 <= i < n_y and 0 <= j < n_x else None
 
 
 def strongest_at(m, side: int, i: int, j: int) -> tuple[int, int]:

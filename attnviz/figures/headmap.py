@@ -368,23 +368,25 @@ def on_title(lay: HeadMapLayout, y: float) -> bool:
     return 0 <= y < lay.title_h - QFontMetricsF(figure_font(11)).height()
 
 
-def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float, dpr: float = 1.0):
-    """What is painted on the device pixel under (x, y) (`dpr` device pixels a widget pixel):
-    ("head", layer, head), ("column", layer), ("extra", i) or None. Qt fills a cell between its
-    edges rounded to whole pixels (painted_cell): a pixel near an edge may be its neighbour's."""
+def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float, dpr: float = 1.0,
+        origin: tuple[float, float] = (0.0, 0.0)):
+    """What is painted on the device pixel under (x, y) (`dpr` device pixels a widget pixel, the
+    widget at `origin` in its window): ("head", layer, head), ("column", layer), ("extra", i) or
+    None. Qt fills a cell between its edges rounded to whole device pixels of the window
+    (painted_cell): a pixel near an edge may be its neighbour's."""
     for i, r in enumerate(lay.extra_rects):
-        if painted_in(x, y, r, dpr):
+        if painted_in(x, y, r, dpr, origin):
             return ("extra", i)
-    c = lay.cell
+    c, (ox, oy) = lay.cell, origin
     if lay.across:
-        l, h = painted_cell(x, lay.x_layers, c, dpr), painted_cell(y, lay.y_heads, c, dpr)
+        l, h = painted_cell(x, lay.x_layers, c, dpr, ox), painted_cell(y, lay.y_heads, c, dpr, oy)
         return None if l is None or h is None else ("head", l, h)
-    l = painted_cell(y, lay.y_layers, c, dpr)
+    l = painted_cell(y, lay.y_layers, c, dpr, oy)
     if l is None:
         return None
-    if hm.column is not None and painted_cell(x, [lay.x_column], c, dpr) == 0:
+    if hm.column is not None and painted_cell(x, [lay.x_column], c, dpr, ox) == 0:
         return ("column", l)
-    h = painted_cell(x, lay.x_heads, c, dpr)
+    h = painted_cell(x, lay.x_heads, c, dpr, ox)
     return None if h is None else ("head", l, h)
 
 

@@ -290,11 +290,13 @@ def _focus_cell(view: PatchView):
     return None
 
 
-def hit(view: PatchView, lay: PatchLayout, x: float, y: float, dpr: float = 1.0):
+def hit(view: PatchView, lay: PatchLayout, x: float, y: float, dpr: float = 1.0,
+        origin: tuple[float, float] = (0.0, 0.0)):
     """The (row, col) of the cell painted on the pixel under (x, y) (a block: the cell it shows), or
-    None: the cell Qt fills on that device pixel (`dpr` a widget pixel), figures/painted.painted_cell."""
-    r = painted_cell(y, lay.ys, lay.cell_h, dpr)
-    c = painted_cell(x, lay.xs, lay.cell_w, dpr)
+    None: the cell Qt fills on that device pixel (`dpr` a widget pixel, the widget at `origin` in
+    its window), figures/painted.painted_cell."""
+    r = painted_cell(y, lay.ys, lay.cell_h, dpr, origin[1])
+    c = painted_cell(x, lay.xs, lay.cell_w, dpr, origin[0])
     if r is None or c is None:
         return None
     row, col = lay.picks[r, c]

@@ -43,6 +43,7 @@ from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES, side_name
 from attnviz.ui.panels import compare_export, compare_tiles
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_label, plain_tip
+from attnviz.ui.views.painted import window_origin
 from attnviz.ui.views.wrap_row import WrapRow
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
@@ -411,7 +412,8 @@ class ComparePanel(QWidget):
     def _on_map_click(self, x: float, y: float) -> None:
         if self.map_layout is None:
             return
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF())
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF(),
+                          window_origin(self.map))
         if hit is not None and hit[0] == "head":
             self.state.set_focus(hit[1], hit[2])
 
@@ -420,7 +422,8 @@ class ComparePanel(QWidget):
             return None
         if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends them in an ellipsis)
             return headmap.whole_title(self.head_map(), self.map_layout)
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF())
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF(),
+                          window_origin(self.map))
         if hit is not None and hit[0] == "head":
             d = self.doc()
             l, h = hit[1], hit[2]
@@ -454,9 +457,9 @@ class ComparePanel(QWidget):
         self.strip_cells = cells
 
     def _strip_readout(self, x: float, y: float) -> str | None:
-        c, dpr = self.jobs.comparison, self.strip.devicePixelRatioF()
-        for t, r in enumerate(self.strip_cells):  # (a frame is painted between its edges rounded)
-            if painted_in(x, y, r, dpr):
+        c, dpr, origin = self.jobs.comparison, self.strip.devicePixelRatioF(), window_origin(self.strip)
+        for t, r in enumerate(self.strip_cells):  # (where its frame is painted, flipped or not)
+            if painted_in(x, y, r, dpr, origin, framed=True):
                 d = c.doc
                 text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:

@@ -8,6 +8,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as F
 from attnviz.ui.views import grid_compare as GC
+from attnviz.ui.views.painted import window_origin
 
 
 def layer_pictures(panel, layer: int, mode: str | None = None, heads=None, lim: float | None = None,
@@ -43,8 +44,9 @@ def tile_readout(panel, x: float, y: float) -> str | None:
     """The hover over the tiles: the cell the pixel at (x, y) shows (a pooled pixel: its largest
     weight or difference, in a defined row) with A's, B's and A − B's numbers as shown."""
     c, T = panel.jobs.comparison, panel.tile_T
+    dpr, origin = panel.tiles.devicePixelRatioF(), window_origin(panel.tiles)
     for hd, r in enumerate(panel.tile_rects):
-        at = F.tile_pixel(r, x, y)
+        at = F.tile_pixel(r, x, y, dpr, origin)
         if at is None:
             continue
         side = int(r.width())

@@ -14,6 +14,7 @@ from attnviz.figures import headmap as fig
 from attnviz.figures.effects import DLA_NOTES
 from attnviz.figures.numbers import signed
 from attnviz.ui.views.fields import plain_tip
+from attnviz.ui.views.painted import window_origin
 
 PAPER = QColor(Qt.GlobalColor.white)  # the maps are drawn as on paper, like the exports
 
@@ -69,7 +70,9 @@ class HeadMapView(QWidget):
 
     def hit_at(self, x: float, y: float):
         lay = self._layout()
-        return None if lay is None else fig.hit(self.map, lay, x, y, self.devicePixelRatioF())
+        if lay is None:
+            return None
+        return fig.hit(self.map, lay, x, y, self.devicePixelRatioF(), window_origin(self))
 
     def cell_center(self, layer: int, head: int) -> tuple[float, float]:
         return fig.cell_center(self.map, self._layout(), layer, head)

@@ -15,6 +15,7 @@ from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.views.fields import plain_tip
+from attnviz.ui.views.painted import window_origin
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have changed since
@@ -69,7 +70,9 @@ class PatchMap(QWidget):
 
     def hit_at(self, x: float, y: float):
         lay = self.layout_()
-        return None if lay is None else fig.hit(self.view, lay, x, y, self.devicePixelRatioF())
+        if lay is None:
+            return None
+        return fig.hit(self.view, lay, x, y, self.devicePixelRatioF(), window_origin(self))
 
     def mouseMoveEvent(self, ev) -> None:
         cell = self.hit_at(ev.position().x(), ev.position().y())
@@ -129,9 +132,10 @@ class PatternPair(QWidget):
         ask = self.panel.jobs.ask
         if self.panel.jobs.sides is None or self.head is None or ask is None:
             return ""
+        dpr, origin = self.devicePixelRatioF(), window_origin(self)
         for name, m, labels, r in zip(("clean", "corrupted"), self._weights(),
                                       (ask.labels_clean, ask.labels_corrupt), self.rects):
-            at = C.tile_pixel(r, x, y)
+            at = C.tile_pixel(r, x, y, dpr, origin)
             if at is not None:
                 q, k = C.strongest_at(m, int(r.width()), *at)
                 return (f"{name} {head_title(*self.head)}  {quoted(labels[q])} \u2192 {quoted(labels[k])}  "

@@ -23,7 +23,7 @@ from attnviz.ui.views.grid_items import (
     HIGHLIGHT, MosaicImage, NoModel, NoValueUnder, colour_bar, no_model_text, update_bar,
 )
 from attnviz.ui.views.mosaic import cell_readout
-from attnviz.ui.views.painted import PressWatch, painted_centres, painted_point
+from attnviz.ui.views.painted import MoveWatch, PressWatch, painted_centres, painted_point
 
 class KeyAxis(pg.AxisItem):
     """Top axis whose tick labels are drawn rotated, so long key tokens never overlap."""
@@ -176,7 +176,7 @@ class FocusView(QWidget):
         state.sigHeadLabelsChanged.connect(self._draw_title)  # the badge: the title only
         for sig in (state.sigMarkedCellChanged, state.sigFocusChanged, state.sigResultChanged):
             sig.connect(self._draw_cell)
-        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.moves = MoveWatch(self.gw, self._on_mouse_moved)  # (its last move read, dropped or not)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self.press = PressWatch(self.gw)  # (where a click's press fell, between whole pixels)
 

@@ -30,7 +30,7 @@ from attnviz.figures.titles import title_form, title_forms
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.fields import plain_tip
-from attnviz.ui.views.painted import PressWatch, painted_point
+from attnviz.ui.views.painted import MoveWatch, PressWatch, painted_point
 from attnviz.ui.views.grid_items import (
     HeadOutline, Label, MosaicImage, NoModel, NoValueUnder, colour_bar, head_mask, place_bands, place_titles,
     update_bar,
@@ -135,7 +135,7 @@ class HeatmapGrid(QWidget):
         state.sigQueryChanged.connect(self._draw_query)
         state.sigHeadLabelsChanged.connect(self._draw_titles)
         state.effects.sigAblationChanged.connect(self._draw_off)
-        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.moves = MoveWatch(self.gw, self._on_mouse_moved)  # (its last move read, dropped or not)
         self.vb.sigResized.connect(self._view_resized)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self.press = PressWatch(self.gw)  # (where a click's press fell, between whole pixels)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QObject, QPointF
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QTimer
 
-from attnviz.figures.painted import painted_index
+from attnviz.figures.painted import device_pixel, painted_index
 
 
 def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
@@ -30,10 +31,22 @@ def painted_point(gw, vb, item, scene_pos, at=None) -> QPointF:
     # QGraphicsView gives its scene the pointer rounded to a whole widget pixel: above a device
     # pixel ratio of 1 that is often the device pixel beside the one under the pointer
     exact = at is not None and gw.mapToScene(QPointF(at).toPoint()) == scene_pos
-    at, box = (QPointF(at) if exact else t.map(QPointF(scene_pos))) * dpr, t.mapRect(item.sceneBoundingRect())
-    j = painted_index(math.floor(at.x()), box.left() * dpr, box.right() * dpr, int(item.width()))
-    i = painted_index(math.floor(at.y()), box.top() * dpr, box.bottom() * dpr, int(item.height()))
+    at = QPointF(at) if exact else t.map(QPointF(scene_pos))
+    # (counted from the window's edge: at a fractional ratio the viewport's lies between two pixels)
+    box, (ox, oy) = t.mapRect(item.sceneBoundingRect()), window_origin(gw.viewport())
+    j = painted_index(device_pixel(at.x(), dpr, ox), (box.left() + ox) * dpr, (box.right() + ox) * dpr,
+                      int(item.width()))
+    i = painted_index(device_pixel(at.y(), dpr, oy), (box.top() + oy) * dpr, (box.bottom() + oy) * dpr,
+                      int(item.height()))
     return vb.mapSceneToView(item.mapToScene(QPointF(j + 0.5, i + 0.5)))
+
+
+def window_origin(widget) -> tuple[float, float]:
+    """Where `widget`'s top-left lies in its window, in widget pixels: Qt paints it on its window's
+    device pixels, so at a fractional ratio (an odd offset at 1.5) its own edge lies between two of
+    them, and the figures' hits (figures/painted.py) count from the window's."""
+    p = widget.mapTo(widget.window(), QPoint(0, 0))
+    return float(p.x()), float(p.y())
 
 
 class PressWatch(QObject):
@@ -50,6 +63,39 @@ class PressWatch(QObject):
         if ev.type() in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonDblClick):
             self.at = QPointF(ev.position())
         return False
+
+
+class MoveWatch(QObject):
+    """Passes the scene point under the pointer on GraphicsView `gw` to `on_moved` at each move the
+    scene passes on (its sigMouseMoved), and at the last move it dropped, once the pointer has been
+    still for the scene's rate limit: the scene drops a move sooner after the last it passed on than
+    that limit, and a read-out would name the cell before until the pointer moved again."""
+
+    def __init__(self, gw, on_moved):
+        super().__init__(gw)
+        self.gw, self.on_moved, self.dropped = gw, on_moved, False
+        self.later = QTimer(self)
+        self.later.setSingleShot(True)
+        self.later.timeout.connect(self._still)
+        gw.viewport().installEventFilter(self)
+        gw.scene().sigMouseMoved.connect(self._passed)
+
+    def eventFilter(self, watched, ev) -> bool:
+        if ev.type() == QEvent.Type.MouseMove:
+            self.dropped = True  # (until the scene passes it on, as the event is delivered)
+            rate = pg.getConfigOption("mouseRateLimit")
+            if rate > 0:
+                self.later.start(math.ceil(1000 / rate))
+        return False
+
+    def _passed(self, scene_pos) -> None:
+        self.dropped = False
+        self.on_moved(scene_pos)
+
+    def _still(self) -> None:
+        at = self.gw.lastMousePos  # (the last move's, dropped or not)
+        if self.dropped and at is not None:
+            self._passed(self.gw.mapToScene(at.toPoint()))  # (where the scene puts a move there)
 
 
 def painted_span(j: int, lo: float, hi: float, n: int) -> tuple[int, int]:
@@ -73,14 +119,15 @@ def painted_centres(gw, vb, item, cols, rows) -> tuple[list[float], list[float]]
     `vb` on GraphicsView `gw`): a mark there sits on the pixel as painted (painted_span)."""
     t, dpr = gw.viewportTransform(), gw.devicePixelRatioF()
     box, back = t.mapRect(item.sceneBoundingRect()), t.inverted()[0]
+    ox, oy = window_origin(gw.viewport())
 
-    def middle(j, lo, hi, n) -> float:
-        first, end = painted_span(j, lo * dpr, hi * dpr, n)
-        return (first + end) / 2 / dpr
+    def middle(j, lo, hi, n, o) -> float:  # (counted from the window's edge, as painted_point)
+        first, end = painted_span(j, (lo + o) * dpr, (hi + o) * dpr, n)
+        return (first + end) / 2 / dpr - o
 
     n_x, n_y, c = int(item.width()), int(item.height()), box.center()
-    xs = [vb.mapSceneToView(back.map(QPointF(middle(j, box.left(), box.right(), n_x), c.y()))).x()
+    xs = [vb.mapSceneToView(back.map(QPointF(middle(j, box.left(), box.right(), n_x, ox), c.y()))).x()
           for j in cols]
-    ys = [vb.mapSceneToView(back.map(QPointF(c.x(), middle(i, box.top(), box.bottom(), n_y)))).y()
+    ys = [vb.mapSceneToView(back.map(QPointF(c.x(), middle(i, box.top(), box.bottom(), n_y, oy)))).y()
           for i in rows]
     return xs, ys
