@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from PySide6.QtCore import QLocale, QRect, Qt  # noqa: E402
@@ -77,7 +78,8 @@ def test_scores_table_fits_the_default_dock_width(qtbot, tmp_path, smollm2, mode
             (label, bold), *cells = column_texts(t, c)  # (each as its delegate shows it, in its font)
             assert _label_width(header, c, t.columnWidth(c)) >= QFontMetrics(bold).horizontalAdvance(label), label
             assert t.columnWidth(c) >= max(QFontMetrics(f).horizontalAdvance(x) for x, f in cells) + 2
-    # no information lost: the full names in the headers' tooltips, every number to 3 decimals in its cell's
+    # no information lost: the full names in the headers' tooltips, every number to 3 decimals in its
+    # cell's (more where its lead over chance needs them: heads.chance_texts)
     titles = [t.horizontalHeaderItem(c).toolTip() for c in range(t.columnCount())]
     assert [tip.split(":")[0] for tip in titles] == ["Layer", "Head", "Role"] + [H.TITLES[n] for n in H.SCORE_NAMES]
     hs = w.state.head_scores
@@ -85,7 +87,9 @@ def test_scores_table_fits_the_default_dock_width(qtbot, tmp_path, smollm2, mode
         l, h = (int(t.item(r, c).data(Qt.ItemDataRole.DisplayRole)) for c in (0, 1))
         for j, name in enumerate(H.SCORE_NAMES):
             v = float(hs.scores[name][l, h]) + 0.0
-            assert f"{H.TITLES[name]}: {v:.3f}" in t.item(r, 3 + j).toolTip()
+            c = float(hs.chance[name][l, h]) if name in hs.chance else np.nan
+            shown = f"{v:.3f}" if np.isnan(c) else H.chance_texts(v, c)[0]  # (more where 3 would mislead)
+            assert f"{H.TITLES[name]}: {shown}" in t.item(r, 3 + j).toolTip()
             # the cell: the score rounded once, to the digits shown (no leading zero below 1)
             text = t.itemDelegateForColumn(3 + j).displayText(t.item(r, 3 + j).data(Qt.ItemDataRole.DisplayRole),
                                                               QLocale())
