@@ -110,8 +110,8 @@ def test_each_keystroke_gets_its_next_token_numbers_and_the_strip_paints_them(wi
         assert (edge.name() == ERROR.lower()) == (t in flipped), t
     t = int(np.argmax(kl))
     hover(panel.strip, panel.strip_cells[t].center())
-    shown = re.search(r"KL\(A\u2016B\) (\d+\.\d{5}) nats", tip_shown(panel.strip.toolTip()))
-    assert shown and abs(float(shown.group(1)) - kl[t]) <= 5e-6 + 1e-5 * kl[t]  # (its 5 decimals, kld's bound)
+    shown = re.search(r"KL\(A\u2016B\) (\S+) nats", tip_shown(panel.strip.toolTip()))
+    assert shown and abs(float(shown.group(1)) - kl[t]) <= 5.1e-4 * kl[t] + 1e-12  # (4 significant digits, kld's bound)
 
 
 def test_a_keystroke_makes_the_running_next_token_job_stale(window, qtbot):
