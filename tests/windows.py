@@ -371,6 +371,19 @@ def bare_grid(qtbot, mode: str):
     return st, g
 
 
+def bare_focus(qtbot, st):
+    """A FocusView on `st` (a result set), 420 x 520 px, shown, on head (0, 0) -> the view."""
+    from attnviz.ui.views.focus import FocusView
+
+    fv = FocusView(st)
+    qtbot.addWidget(fv)
+    fv.resize(420, 520)
+    fv.show()
+    qtbot.waitExposed(fv)
+    st.set_focus(0, 0)
+    return fv
+
+
 def tile_side_on_screen(g) -> float:
     """Screen pixels the grid's first tile spans across."""
     from PySide6.QtCore import QPointF

@@ -16,8 +16,7 @@ from PySide6.QtGui import QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from attnviz.ui.machinery.state import AppState  # noqa: E402
-from attnviz.ui.views.focus import FocusView  # noqa: E402
-from windows import bare_grid, diagonal_result, drain_events  # noqa: E402
+from windows import bare_focus, bare_grid, diagonal_result, drain_events  # noqa: E402
 
 READOUT = re.compile(r"L0 H(\d+)  t(\d+) \u2192 t(\d+)  ")
 T = 12
@@ -58,12 +57,7 @@ def test_the_grid_names_the_cell_where_the_pointer_stopped(qtbot):
 def test_the_focus_view_names_the_cell_where_the_pointer_stopped(qtbot):
     st = AppState()
     st.set_result(diagonal_result(np.random.default_rng(2).random((1, 1, T, T)).astype(np.float32)))
-    fv = FocusView(st)
-    qtbot.addWidget(fv)
-    fv.resize(420, 520)
-    fv.show()
-    qtbot.waitExposed(fv)
-    st.set_focus(0, 0)
+    fv = bare_focus(qtbot, st)
     drain_events()
 
     def at(q, k):

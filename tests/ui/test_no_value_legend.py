@@ -16,8 +16,7 @@ from PySide6.QtWidgets import QWidget  # noqa: E402
 from attnviz.figures.style import no_value_colour, no_value_legend  # noqa: E402
 from attnviz.ui.machinery.state import AppState  # noqa: E402
 from attnviz.ui.views import no_value_note  # noqa: E402
-from attnviz.ui.views.focus import FocusView  # noqa: E402
-from windows import TOY, WAIT, drain_events, figure_words, in_sight, open_window, rgb  # noqa: E402
+from windows import TOY, WAIT, bare_focus, drain_events, figure_words, in_sight, open_window, rgb  # noqa: E402
 
 
 def _shown(note, words) -> tuple[list[str], tuple | None]:
@@ -80,12 +79,7 @@ def _focus(qtbot, attn):
     st = AppState()
     st.set_result(types.SimpleNamespace(attentions=attn, labels=labels, tokens=labels, text="x",
                                         offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(1)))
-    fv = FocusView(st)
-    qtbot.addWidget(fv)
-    fv.resize(420, 520)
-    fv.show()
-    qtbot.waitExposed(fv)
-    st.set_focus(0, 0)
+    fv = bare_focus(qtbot, st)
     st.set_hide_first(True)
     for _ in range(5):
         drain_events()
