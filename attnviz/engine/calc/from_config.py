@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from attnviz.engine.calc.inputs import ARCH_STYLES, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, input_error
 from attnviz.engine.calc.sizing import calculate
 from attnviz.engine.errors import CalcError
-from attnviz.engine.reading.hf_config import keys, pick, read_fields
+from attnviz.engine.reading.hf_config import first_window_layer, keys, pick, read_fields, windowed_layers
 
 # Hugging Face defaults for tie_word_embeddings where config.json leaves it out
 _TIED_BY_DEFAULT = {"gpt2": True, "gemma": True, "gemma2": True, "gemma3_text": True,
@@ -97,6 +97,12 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     elif window and raw.get("sliding_window_pattern") and isinstance(n_layer, int):
         every = int(raw["sliding_window_pattern"])  # Gemma 3: every k-th layer is global
         window_layers = tuple(i for i in range(n_layer) if (i + 1) % every)
+    elif window and isinstance(n_layer, int) and first_window_layer(raw, model_type):
+        first = first_window_layer(raw, model_type)  # Qwen: from max_window_layers on
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise input_error("max_window_layers", "config.json's max_window_layers must be a whole "
+                              f"number of layers, got {first!r}")
+        window_layers = windowed_layers(n_layer, first)  # (read_fields: none is no window)
     if window and isinstance(max_positions, int) and window >= max_positions and window_layers is None:
         window = None  # a window as long as the context (Mistral v0.2: 32768) caps nothing
 
