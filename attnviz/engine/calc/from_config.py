@@ -4,11 +4,12 @@ family's biases, norms, tying, MoE, MLA and sliding-window layers."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from attnviz.engine.calc.inputs import ARCH_STYLES, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, input_error
 from attnviz.engine.calc.sizing import calculate
-from attnviz.engine.errors import CalcError
+from attnviz.engine.errors import CalcError, ModelLoadError
 from attnviz.engine.reading.hf_config import first_window_layer, keys, pick, read_fields, windowed_layers
 
 # Hugging Face defaults for tie_word_embeddings where config.json leaves it out
@@ -111,6 +112,36 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)
+
+
+CONFIG_FILES = "a config.json, a folder holding one, or a .gguf"  # what calc_inputs_from_file reads
+
+
+class UnreadableConfig(ModelLoadError):
+    """A file calc_inputs_from_file cannot read as a config.json (nor is it a GGUF): its message
+    says why, and a caller adds what it takes (CONFIG_FILES)."""
+
+
+def calc_inputs_from_file(path: Path | str) -> CalcInputs:
+    """Calculator inputs from a model on disk: a config.json, a folder holding one (or a single
+    GGUF), or a GGUF file, whose header is read by gguf_config as loading the model reads it (the
+    Calculator tab is given that config's raw dict). A file that is none of these is an
+    UnreadableConfig."""
+    from attnviz.engine.reading.gguf_file import gguf_config, gguf_in_folder, is_gguf, open_gguf
+    from attnviz.engine.reading.validate import read_json_object
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = gguf_in_folder(path)
+        if path.is_dir():
+            path = path / "config.json"
+    if is_gguf(path):
+        return calc_inputs_from_config(gguf_config(open_gguf(path)).raw)
+    try:
+        raw = read_json_object(path)
+    except ModelLoadError as exc:
+        raise UnreadableConfig(str(exc)) from exc
+    return calc_inputs_from_config(raw)
 
 
 def kv_cache_needed(cfg: Any, T: int, kv_dtype: str = "fp32") -> int:
