@@ -11,6 +11,7 @@ from attnviz.engine.calc.inputs import ARCH_STYLES, MLA, MLA_ROPE_HEAD_DIM, Arch
 from attnviz.engine.calc.sizing import calculate
 from attnviz.engine.errors import CalcError, ModelLoadError
 from attnviz.engine.reading.hf_config import first_window_layer, keys, pick, read_fields, windowed_layers
+from attnviz.engine.reading.validate import read_json_object
 
 # Hugging Face defaults for tie_word_embeddings where config.json leaves it out
 _TIED_BY_DEFAULT = {"gpt2": True, "gemma": True, "gemma2": True, "gemma3_text": True,
@@ -128,7 +129,6 @@ def calc_inputs_from_file(path: Path | str) -> CalcInputs:
     Calculator tab is given that config's raw dict). A file that is none of these is an
     UnreadableConfig."""
     from attnviz.engine.reading.gguf_file import gguf_config, gguf_in_folder, is_gguf, open_gguf
-    from attnviz.engine.reading.validate import read_json_object
 
     path = Path(path).expanduser()
     if path.is_dir():
