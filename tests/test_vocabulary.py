@@ -100,12 +100,13 @@ def test_head_titles_have_one_spelling(tmp_path):
 
 def test_one_config_json_reader(tmp_path, capsys):
     """config.json is read by validate.read_json_object alone (one size cap, one set of messages):
-    the engine's loader and `attnviz calc --config` refuse a broken file in the same words."""
-    from attnviz.commands import calc_cmd
+    the engine's loader and `attnviz calc --config` refuse a broken file in the same words (calc
+    then says what --config takes)."""
     from attnviz.engine import ModelLoadError, load_model
+    from attnviz.engine.calc import from_config
     from attnviz.engine.reading import config, validate
 
-    assert calc_cmd.read_json_object is config.read_json_object is validate.read_json_object
+    assert from_config.read_json_object is config.read_json_object is validate.read_json_object
     path = tmp_path / "config.json"
     for broken in ('{"hidden_size": ', "[1, 2]", " " * validate.MAX_JSON_BYTES + "{}"):  # the cap
         path.write_text(broken)
@@ -115,7 +116,8 @@ def test_one_config_json_reader(tmp_path, capsys):
             engine = str(exc)
         assert main(["calc", "--config", str(path)]) == 2
         calc = capsys.readouterr().err.strip()
-        assert calc == f"attnviz calc: error: {engine}", (broken[:20], calc, engine)
+        assert calc == (f"attnviz calc: error: {engine}; --config takes a config.json, a folder "
+                        "holding one, or a .gguf"), (broken[:20], calc, engine)
 
 
 RAW = {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 8, "num_hidden_layers": 2,

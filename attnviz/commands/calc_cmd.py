@@ -5,17 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from pathlib import Path
 
 from attnviz.engine.calc import (
-    ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
+    ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_file, calculate,
     compare_cells, compare_note, per_token_header,
     exact_bytes, exact_count, format_bytes, format_count, latent_readers, plural, shown_variants, tokens, window_layers_text,
 )
 from attnviz.engine.calc.flops import heads_vs_text, parts
+from attnviz.engine.calc.from_config import CONFIG_FILES, UnreadableConfig
 from attnviz.engine.errors import CalcError
 from attnviz.engine.calc.presets import Preset, get_preset, load_presets
-from attnviz.engine.reading.validate import read_json_object
 
 DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
 
@@ -38,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "given with --preset or --config override the model's values.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", metavar="ID", help="a real model (see --list-presets)")
-    src.add_argument("--config", metavar="PATH", help="a config.json, or a model folder holding one")
+    src.add_argument("--config", metavar="PATH", help="a config.json, a model folder holding one, or a .gguf (its header)")
     p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
     p.add_argument("--d-model", type=int, metavar="N", help="model width")
     p.add_argument("--n-heads", "--n-head", type=int, metavar="N", help="query heads")
@@ -74,7 +73,7 @@ def inputs_from_args(args) -> tuple[CalcInputs, Preset | None]:
         base: dict = {}
         inputs = preset.inputs
     elif args.config:
-        inputs, base = _read_config(Path(args.config)), {}
+        inputs, base = _read_config(args.config), {}
     else:
         inputs, base = None, {"arch": ARCH_STYLES[args.arch or "llama"]}
     overrides = {field: getattr(args, flag) for flag, field in _FIELDS.items()
@@ -116,12 +115,15 @@ def window_layers_spec(text: str) -> str:
     return ",".join(parts)
 
 
-def _read_config(path: Path) -> CalcInputs:
-    """A config.json, or the one in a model folder, read by the engine's reader (validate.read_json_object:
-    a regular file, at most MAX_JSON_BYTES, UTF-8, a JSON object; a ModelLoadError naming the file if not)."""
-    if path.is_dir():
-        path = path / "config.json"
-    return calc_inputs_from_config(read_json_object(path))
+
+
+def _read_config(path: str) -> CalcInputs:
+    """--config's model: a config.json, a folder holding one, or a GGUF's header (the engine's
+    calc_inputs_from_file); a file it cannot read says what --config takes."""
+    try:
+        return calc_inputs_from_file(path)
+    except UnreadableConfig as exc:
+        raise CalcError(f"{exc}; --config takes {CONFIG_FILES}") from exc
 
 
 def cmd_calc(args) -> int:

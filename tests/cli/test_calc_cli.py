@@ -209,3 +209,48 @@ def test_the_window_note_reads_right_for_one_layer_and_one_token(capsys, argv, w
     table = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()
     note = next(line.strip() for line in table if line.strip().startswith("Past the"))
     assert note.endswith(why), note
+
+
+@pytest.mark.parametrize("argv, layers, text", [
+    (["--d-model", "64", "--n-heads", "4", "--n-layers", "3", "--sliding-window", "8",
+      "--sliding-window-layers", "0,1"], [0, 1], "layers 0, 1"),
+    (["--d-model", "64", "--n-heads", "4", "--n-layers", "3", "--sliding-window", "8"],
+     [0, 1, 2], "all layers"),
+    (["--d-model", "64", "--n-heads", "4", "--n-layers", "4", "--sliding-window", "8",
+      "--sliding-window-layers", "even"], [0, 2], "even layers"),
+    (["--preset", "mistral-7b-v0.1"], list(range(32)), "all layers"),
+    (["--preset", "gemma-3-1b"], [i for i in range(26) if (i + 1) % 6], None),
+    (["--preset", "llama-3-8b"], [], None),
+])
+def test_cli_json_gives_the_windowed_layers_as_one_list_of_indices(capsys, argv, layers, text):
+    """inputs.sliding_window_layers is the list of windowed layers whatever form the window came in
+    (a flag's "0,1", "all" or "even", a preset's list or none for every layer), [] without a window."""
+    assert main(["calc", *argv, "--seq-len", "16", "--json"]) == 0
+    inputs = json.loads(capsys.readouterr().out)["inputs"]
+    assert inputs["sliding_window_layers"] == layers
+    if text is not None or not layers:
+        assert inputs["sliding_window_layers_text"] == text
+
+
+def test_cli_config_reads_a_gguf_header_as_the_calculator_tab_does(capsys, smollm2):
+    """calc --config on a GGUF prints the numbers the Calculator tab shows for that model loaded
+    (the tab is given the loaded model's config.raw): SmolLM2's 30 layers of 3 KV heads of 64."""
+    from attnviz.engine.calc import calc_inputs_from_config, calculate
+    from tests.conftest import smollm2_file
+
+    assert main(["calc", "--config", str(smollm2_file()), "--seq-len", "1024", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    tab = calculate(calc_inputs_from_config(smollm2.config.raw, seq_len=1024)).to_dict()
+    assert out == tab
+    assert out["kv_bytes_per_token"] == 30 * 2 * 3 * 64 * 2
+    assert out["model_params"]["total"] == 134_515_008
+
+
+def test_cli_config_says_what_it_takes_for_a_file_it_cannot_read(tmp_path, capsys):
+    """A large file that is neither JSON nor a GGUF is not read as a broken config.json only."""
+    blob = tmp_path / "model.bin"
+    blob.write_bytes(b"\0" * (17 << 20))
+    assert main(["calc", "--config", str(blob)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(
+        "; --config takes a config.json, a folder holding one, or a .gguf")

@@ -139,6 +139,25 @@ def test_a_config_gguf_cannot_carry_is_refused_naming_it_and_leaves_no_file(tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def _qwen2_window(tmp_path, max_window_layers):
+    """The qwen2 fixture with a 4-token window from layer `max_window_layers` on."""
+    src = shutil.copytree(FIXTURES / "qwen2", tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(use_sliding_window=True, sliding_window=4, max_window_layers=max_window_layers)
+    del cfg["layer_types"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    return src
+
+
+def test_a_qwen2_window_on_every_layer_reads_back_and_on_some_is_refused(tmp_path):
+    """A GGUF's sliding_window names no first windowed layer: read back it is on every layer, so a
+    Qwen2 model windowed from max_window_layers 0 is written, one windowed from layer 1 refused."""
+    w = write_gguf(_qwen2_window(tmp_path / "every", 0), "F32", tmp_path / "every.gguf")
+    assert [load_model(w.path).config.window(i) for i in range(2)] == [4, 4]
+    with pytest.raises(ModelLoadError, match="its layer_types is .*'full_attention', 'sliding_attention'"):
+        write_gguf(_qwen2_window(tmp_path / "some", 1), "F32", tmp_path / "some.gguf")
+
+
 def test_bad_type_output_and_source(tmp_path):
     src = FIXTURES / "llama_gqa"
     with pytest.raises(InputError, match="cannot quantize to 'Q2_K': the types are Q8_0, Q5_1, Q5_0, "

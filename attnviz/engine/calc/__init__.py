@@ -23,7 +23,7 @@ from attnviz.engine.calc.format import (
     BINARY_UNITS, compare_cells, compare_note, exact_bytes, exact_count, format_bytes, format_count,
     latent_readers, per_token_header, plural, shown_variants, tokens, window_layers_text,
 )
-from attnviz.engine.calc.from_config import calc_inputs_from_config, kv_cache_needed
+from attnviz.engine.calc.from_config import calc_inputs_from_config, calc_inputs_from_file, kv_cache_needed
 from attnviz.engine.calc.inputs import (
     ARCH_STYLES, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, arch_from_dict,
 )
@@ -34,7 +34,7 @@ from attnviz.engine.calc.sizing import (
 __all__ = [
     "ARCH_STYLES", "BINARY_UNITS", "CONVENTIONS", "JSON_KEYS", "KV_DTYPE_BITS", "MAX_BYTES",
     "MAX_PARAMS", "MLA", "MLA_ROPE_HEAD_DIM", "Arch", "CalcInputs", "CalcResult", "Variant",
-    "arch_from_dict", "calc_inputs_from_config", "calculate", "compare_cells", "compare_note", "context_lengths",
+    "arch_from_dict", "calc_inputs_from_config", "calc_inputs_from_file", "calculate", "compare_cells", "compare_note", "context_lengths",
     "exact_bytes", "exact_count", "format_bytes", "format_count", "kv_cache_needed", "latent_readers",
     "per_token_header", "shown_variants", "window_layers_text", "plural", "tokens",
 ]

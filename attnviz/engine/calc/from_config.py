@@ -4,12 +4,14 @@ family's biases, norms, tying, MoE, MLA and sliding-window layers."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from attnviz.engine.calc.inputs import ARCH_STYLES, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, input_error
 from attnviz.engine.calc.sizing import calculate
-from attnviz.engine.errors import CalcError
-from attnviz.engine.reading.hf_config import keys, pick, read_fields
+from attnviz.engine.errors import CalcError, ModelLoadError
+from attnviz.engine.reading.hf_config import first_window_layer, keys, pick, read_fields, windowed_layers
+from attnviz.engine.reading.validate import read_json_object
 
 # Hugging Face defaults for tie_word_embeddings where config.json leaves it out
 _TIED_BY_DEFAULT = {"gpt2": True, "gemma": True, "gemma2": True, "gemma3_text": True,
@@ -97,6 +99,12 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     elif window and raw.get("sliding_window_pattern") and isinstance(n_layer, int):
         every = int(raw["sliding_window_pattern"])  # Gemma 3: every k-th layer is global
         window_layers = tuple(i for i in range(n_layer) if (i + 1) % every)
+    elif window and isinstance(n_layer, int) and first_window_layer(raw, model_type):
+        first = first_window_layer(raw, model_type)  # Qwen: from max_window_layers on
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise input_error("max_window_layers", "config.json's max_window_layers must be a whole "
+                              f"number of layers, got {first!r}")
+        window_layers = windowed_layers(n_layer, first)  # (read_fields: none is no window)
     if window and isinstance(max_positions, int) and window >= max_positions and window_layers is None:
         window = None  # a window as long as the context (Mistral v0.2: 32768) caps nothing
 
@@ -105,6 +113,35 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)
+
+
+CONFIG_FILES = "a config.json, a folder holding one, or a .gguf"  # what calc_inputs_from_file reads
+
+
+class UnreadableConfig(ModelLoadError):
+    """A file calc_inputs_from_file cannot read as a config.json (nor is it a GGUF): its message
+    says why, and a caller adds what it takes (CONFIG_FILES)."""
+
+
+def calc_inputs_from_file(path: Path | str) -> CalcInputs:
+    """Calculator inputs from a model on disk: a config.json, a folder holding one (or a single
+    GGUF), or a GGUF file, whose header is read by gguf_config as loading the model reads it (the
+    Calculator tab is given that config's raw dict). A file that is none of these is an
+    UnreadableConfig."""
+    from attnviz.engine.reading.gguf_file import gguf_config, gguf_in_folder, is_gguf, open_gguf
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = gguf_in_folder(path)
+        if path.is_dir():
+            path = path / "config.json"
+    if is_gguf(path):
+        return calc_inputs_from_config(gguf_config(open_gguf(path)).raw)
+    try:
+        raw = read_json_object(path)
+    except ModelLoadError as exc:
+        raise UnreadableConfig(str(exc)) from exc
+    return calc_inputs_from_config(raw)
 
 
 def kv_cache_needed(cfg: Any, T: int, kv_dtype: str = "fp32") -> int:

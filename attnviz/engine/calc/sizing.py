@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
 from attnviz.engine.calc.flops import decode_flops
-from attnviz.engine.calc.format import format_bytes, latent_readers, plural, tokens
+from attnviz.engine.calc.format import format_bytes, latent_readers, plural, tokens, window_layers_text
 from attnviz.engine.calc.inputs import Arch, CalcInputs, Dims, input_error, resolve, whole
 from attnviz.engine.reading.config import group_size
 from attnviz.engine.errors import CalcError
@@ -227,8 +227,10 @@ class CalcResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the inputs, every output, the formulas and the conventions."""
         inputs = {JSON_KEYS.get(k, k): v for k, v in asdict(self.inputs).items()}
-        if isinstance(inputs.get("sliding_window_layers"), tuple):
-            inputs["sliding_window_layers"] = list(inputs["sliding_window_layers"])
+        # one type whatever the input's form ("all", "0,2", a tuple, None): the windowed layers
+        inputs["sliding_window_layers"] = sorted(self._dims.window_layers)
+        inputs["sliding_window_layers_text"] = (
+            window_layers_text(self.inputs.sliding_window_layers) if self._dims.window else None)
         return {
             "inputs": inputs,
             "conventions": CONVENTIONS,

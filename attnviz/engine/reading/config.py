@@ -8,7 +8,8 @@ from pathlib import Path
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.hf_config import (
-    attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
+    QWEN_MAX_WINDOW_LAYERS, attention_biases, default_d_ff, default_d_head, first_window_layer, keys,
+    kv_heads_divide, sliding_window, windowed_layers,
 )
 from attnviz.engine.reading.validate import (
     Fields, exists, is_number, is_whole, json_kind, read_json_object, refusal, show,
@@ -275,14 +276,17 @@ def _refuse_softcapping(f: Fields) -> None:
                                  "logits are not supported yet (expected null)")
 
 
-def _layer_types(f: Fields, n_layer: int, window: int | None, every: int | None) -> tuple[str, ...]:
+def _layer_types(f: Fields, n_layer: int, window: int | None, every: int | None,
+                 first: int = 0) -> tuple[str, ...]:
     """Which layers are local: `layer_types` when the config lists them, else every `every`-th
-    layer global and the rest local (Gemma 3's sliding_window_pattern), else all local where there
-    is a window and all global where there is none. The list is checked: one known entry per layer."""
+    layer global and the rest local (Gemma 3's sliding_window_pattern), else where there is a window
+    the layers from `first` on (hf_config.first_window_layer: Qwen's max_window_layers), and all
+    global where there is none. The list is checked: one known entry per layer."""
     listed = f.raw.get("layer_types")
     if listed is None:
         if every is None:
-            return (LOCAL if window is not None else GLOBAL,) * n_layer
+            local = windowed_layers(n_layer, first) if window is not None else ()
+            return tuple(LOCAL if i in local else GLOBAL for i in range(n_layer))
         return tuple(GLOBAL if (i + 1) % every == 0 else LOCAL for i in range(n_layer))
     if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
         raise f.error("layer_types", f"a list of '{LOCAL}' or '{GLOBAL}', one per layer", listed)
@@ -364,8 +368,12 @@ def config_from_dict(raw: dict, source: str = "config.json",
             window = raw.get("sliding_window")
         else:
             window = sliding_window(raw, model_type, f.flag("use_sliding_window", False))
+        first = 0
         if window is not None:
             window = f.whole("sliding_window", high=LIMITS["max_positions"], what=WHAT["sliding_window"])
+            if first_window_layer(raw, model_type):  # Qwen: checked only where the window is on
+                first = f.whole("max_window_layers", low=0, high=LIMITS["n_layer"],
+                                default=QWEN_MAX_WINDOW_LAYERS, what="the first layer with the window")
         every = (f.whole("sliding_window_pattern", high=LIMITS["n_layer"], default=None,
                          what="every how many layers one is global") if gemma else None)
         glob, local = _ropes(f, 10000.0)
@@ -381,7 +389,7 @@ def config_from_dict(raw: dict, source: str = "config.json",
             activation=f.choice("hidden_activation" if gemma else "hidden_act", choices=ACTIVATIONS,
                                 default="gelu_pytorch_tanh" if gemma else "silu"),
             sliding_window=window,
-            layer_types=_layer_types(f, values["n_layer"], window, every),
+            layer_types=_layer_types(f, values["n_layer"], window, every, first),
             qk_norm=model_type in ("qwen3", "gemma3_text"),
             query_pre_attn_scalar=f.positive("query_pre_attn_scalar", default=256) if gemma else None,
         )

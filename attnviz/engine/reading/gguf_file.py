@@ -343,6 +343,7 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         _gemma3_gguf(raw, names, meta, arch)
     elif raw["sliding_window"] is not None:  # 0: no window, as in a config.json (hf_config.sliding_window)
         raw["use_sliding_window"] = True
+        raw["max_window_layers"] = 0  # a GGUF names no first windowed layer (Qwen's): every layer
     source = source_name(reader)
     raw = {k: v for k, v in raw.items() if v is not None}  # absent from the file: "is missing"
     cfg = config_from_dict(raw, source=source, names=names)

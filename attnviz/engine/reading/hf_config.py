@@ -4,7 +4,7 @@ checks every value) and the calculator (calc.py, which takes any model type) sha
 One vocabulary: `n_layer, n_head, n_kv_head, d_model, d_head, d_ff, vocab_size, max_positions`.
 Configs spell these differently (`hidden_size`, GPT-2's `n_embd`, Falcon's `num_kv_heads`, a
 llama2.c export's `dim`); the tables below are the only place those spellings are listed, and the
-rules that are not a spelling (Qwen2's biases and sliding-window switch, a window of 0 or null being
+rules that are not a spelling (Qwen2's biases, sliding-window switch and windowed layers, a window of 0 or null being
 none, Falcon's multi-query flag, GPT-2's default MLP width, d_model / n_head as the head width, KV
 heads in equal groups) are the only copies of those rules. Pure Python, no NumPy.
 """
@@ -93,6 +93,25 @@ def sliding_window(raw: Mapping[str, Any], model_type: str, use_sliding_window: 
     return window
 
 
+# Qwen2Config's and Qwen3Config's max_window_layers where config.json leaves it out
+QWEN_MAX_WINDOW_LAYERS = 28
+
+
+def first_window_layer(raw: Mapping[str, Any], model_type: str) -> Any:
+    """The first layer config.json's sliding window is on, as found (unchecked): Qwen models window
+    only the layers from max_window_layers on (Hugging Face: `layer_idx >= max_window_layers`;
+    28 where absent), every other model type each layer (0). A config's own layer_types wins."""
+    if not model_type.startswith("qwen"):
+        return 0
+    value = raw.get("max_window_layers")
+    return QWEN_MAX_WINDOW_LAYERS if value is None else value
+
+
+def windowed_layers(n_layer: int, first: int) -> tuple[int, ...]:
+    """The layers a window without layer_types is on: from `first_window_layer` to the last."""
+    return tuple(range(min(first, n_layer), n_layer))
+
+
 def default_d_ff(model_type: str, d_model: Any) -> int | None:
     """The MLP width of a config that leaves it out (GPT-2's n_inner: null): 4 d_model for the model
     types of D_FF_TIMES_D_MODEL, else None (no default: the width must be given)."""
@@ -121,7 +140,7 @@ def read_fields(raw: Mapping[str, Any], *, aliases: bool = True) -> dict[str, An
     """config.json -> {attnviz name: value as found, None when absent}, the spellings of the tables
     and the rules applied (Qwen's biases and window, multi-query, GPT-2's MLP width), nothing
     checked. Also `model_type` (lower case), `qkv_bias`, `o_bias` and `sliding_window` (None: no
-    window, also for 0). The engine checks each value itself through `keys` and applies the same
+    window, also for 0 and where no layer has it). The engine checks each value itself through `keys` and applies the same
     rules (`sliding_window`, `default_d_ff`, `default_d_head`, `kv_heads_divide`) to the checked values (config.py)."""
     model_type = str(raw.get("model_type") or "").lower()
     out: dict[str, Any] = {"model_type": model_type}
@@ -132,5 +151,10 @@ def read_fields(raw: Mapping[str, Any], *, aliases: bool = True) -> dict[str, An
     if out["d_ff"] is None:
         out["d_ff"] = default_d_ff(model_type, out["d_model"])
     out["qkv_bias"], out["o_bias"] = attention_biases(model_type, bool(out["attention_bias"]))
-    out["sliding_window"] = sliding_window(raw, model_type, bool(raw.get("use_sliding_window", False)))
+    window = sliding_window(raw, model_type, bool(raw.get("use_sliding_window", False)))
+    first = first_window_layer(raw, model_type)
+    if (window is not None and raw.get("layer_types") is None and isinstance(out["n_layer"], int)
+            and isinstance(first, int) and not windowed_layers(out["n_layer"], first)):
+        window = None  # a Qwen model with fewer layers than max_window_layers windows none
+    out["sliding_window"] = window
     return out
