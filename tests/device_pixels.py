@@ -262,7 +262,7 @@ def comparison(T):
     rng = np.random.default_rng(T)
     labels = [f"t{i}" for i in range(T)]
     doc = {"heads_jsd": rng.random((2, 4)).tolist(), "heads_jsd_max": rng.random((2, 4)).tolist(),
-           "kld": rng.random(T).tolist(), "kld_stats": None, "same_top1": 0.0,
+           "kld": rng.random(T).tolist(), "kld_stats": None, "same_top1": 0.0, "resid_cos": [],
            "flips": [{"position": t, "a_token": "a", "b_token": "b"} for t in range(T)]}  # (every cell framed)
     # (uniform weights: two neighbouring cells hardly ever share a colour)
     return Bag(result=Bag(labels=labels, tokens=labels, text="x", n_tokens=T), doc=doc, tops=None,
