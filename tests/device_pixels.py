@@ -479,7 +479,7 @@ def grid_in_window():
 def long_tiles():
     """The long view's tiles at an odd offset in their window (at 1.5 their edges between two of
     the window's device pixels), each overview cell a device pixel or two: every device pixel of
-    two rows and two columns of two tiles against the colour of the cell cell_at names there."""
+    three rows and three columns of two tiles against the colour of the cell cell_at names there."""
     from attnviz.figures.overview import shown_index
     from attnviz.ui.views.long_panes import HeadTiles
     region, n_head = (0, 500, 0, 500), 4
