@@ -262,7 +262,7 @@ def comparison(T):
     rng = np.random.default_rng(T)
     labels = [f"t{i}" for i in range(T)]
     doc = {"heads_jsd": rng.random((2, 4)).tolist(), "heads_jsd_max": rng.random((2, 4)).tolist(),
-           "kld": rng.random(T).tolist(), "kld_stats": None, "same_top1": 0.0,
+           "kld": rng.random(T).tolist(), "kld_stats": None, "same_top1": 0.0, "resid_cos": [],
            "flips": [{"position": t, "a_token": "a", "b_token": "b"} for t in range(T)]}  # (every cell framed)
     # (uniform weights: two neighbouring cells hardly ever share a colour)
     return Bag(result=Bag(labels=labels, tokens=labels, text="x", n_tokens=T), doc=doc, tops=None,
@@ -473,6 +473,44 @@ def grid_in_window():
             if tuple(int(c) for c in table[int(heat_positions(attn[0, h, q, k], tops[h]))][:3]) != rgb(image, x, y):
                 wrong.append((x, y, h, q, k, rgb(image, x, y)))
     return {"dpr": port.devicePixelRatioF(), "image_dpr": image.devicePixelRatio(), "pool": lo.pool,
+            "seen": seen, "wrong": wrong[:8], "n_wrong": len(wrong)}
+
+
+def long_tiles():
+    """The long view's tiles at an odd offset in their window (at 1.5 their edges between two of
+    the window's device pixels), each overview cell a device pixel or two: every device pixel of
+    three rows and three columns of two tiles against the colour of the cell cell_at names there."""
+    from attnviz.figures.overview import shown_index
+    from attnviz.ui.views.long_panes import HeadTiles
+    region, n_head = (0, 500, 0, 500), 4
+    lg = types.SimpleNamespace(region=region, log=False, run=True, head=lambda: 0, tiles=None,
+                               patterns=types.SimpleNamespace(n_layer=1, n_head=n_head, window=[None], causal=True))
+    st = types.SimpleNamespace(long=lg, colormap="viridis", layer=0, scale_mode="per-head", model=None,
+                               badge=lambda layer, h: "")
+    window = QWidget()
+    window.resize(443, 259)
+    tiles = HeadTiles(st, window)
+    tiles.setGeometry(11, 13, 421, 233)
+    window.show()
+    side = round(tiles.tile_px() * tiles.devicePixelRatioF() * 0.7)  # (a cell over one or two device pixels)
+    values = np.random.default_rng(5).random((n_head, side, side)).astype(np.float32)
+    edges = np.linspace(0, region[1], side + 1).astype(np.int64)
+    lg.tiles = types.SimpleNamespace(values=values, region=region, layer=0, heads=list(range(n_head)), exact=False,
+                                     blank=None, options=(False,), edges=lambda axis: edges)
+    tiles.update()
+    settle()
+    image, table = window.grab().toImage(), tiles.table()
+    index, at, dpr = shown_index(lg.tiles, st.scale_mode), tiles.mapTo(window, QPointF(0, 0)), tiles.devicePixelRatioF()
+    wrong, seen = [], 0
+    for h in (0, n_head - 1):
+        r = tiles.head_rect(h)
+        for x, y in hatch(*around(tiles, r, -2), 3):  # (inside the tile's frame)
+            cell = tiles.cell_at(h, QPointF(x / dpr - at.x(), y / dpr - at.y()))
+            seen += 1
+            if cell is None or image.pixel(x, y) & 0xFFFFFF != table[index[h, cell[1], cell[2]]] & 0xFFFFFF:
+                wrong.append((x, y, h, cell and cell[1:], hex(image.pixel(x, y) & 0xFFFFFF)))
+    return {"dpr": dpr, "image_dpr": image.devicePixelRatio(), "side": side, "origin": (at.x(), at.y()),
+            "corners": [(tiles.head_rect(h).left() + at.x(), tiles.head_rect(h).top() + at.y()) for h in (0, n_head - 1)],
             "seen": seen, "wrong": wrong[:8], "n_wrong": len(wrong)}
 
 

@@ -3,7 +3,8 @@ an unsmoothed rect (fillRect, a scaled drawImage) between its edges rounded to w
 so the plain test of the pointer against a cell's unrounded edges reads a neighbour near an edge.
 The device pixels are the window's: at a fractional ratio a widget's own edge may lie between two.
 The grid's and the focus view's pictures (ui/views/painted.py), the head maps (headmap.hit), the
-Patching map (patching.hit) and the Compare tiles (compare.tile_pixel) map the pointer by it."""
+Patching map (patching.hit), the Compare tiles (compare.tile_pixel) and the long view's panes
+(ui/views/long_panes.py) map the pointer by it."""
 
 from __future__ import annotations
 

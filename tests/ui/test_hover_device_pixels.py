@@ -12,10 +12,11 @@ there, and the named cell's colour compared with the grabbed device pixel's.
 - At 2 and at 1.5: the Compare panel's tiles (pooled, A and A − B) and its token strip (every
   cell framed: a frame's pixels and those inside it name its token, no other pixel does), the
   Patching map of effects (pooled and not) (and its patterns at 2), each at an offset in its window
-  that is not whole device pixels at 1.5, as in the app; at 1.5 the grid too, at such an offset.
-  (At 1.5 the strip's, the map's and the grid's hovers counted device pixels from the widget's own
-  edge, which lies between two of the window's: a pixel near a cell's edge named its neighbour,
-  or no cell on a frame's pixel.)"""
+  that is not whole device pixels at 1.5, as in the app; at 1.5 the grid and the long view's tiles
+  too, at such an offset. (At 1.5 the strip's, the map's, the grid's and the long view's hovers
+  counted device pixels from the widget's own edge, which lies between two of the window's: a pixel
+  near a cell's edge named its neighbour, or no cell on a frame's pixel. The long view's also read
+  its picture as a pyqtgraph image is painted, not as QPainter.drawImage paints it.)"""
 
 import json
 import os
@@ -28,7 +29,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CHILD = REPO / "tests" / "device_pixels.py"  # (the checks, run by a Python of each ratio)
 CHECKS = {"2": ["grid", "focus", "dla", "tiles", "strip", "patching", "patterns"],
-          "1.5": ["tiles", "strip", "patching", "grid_in_window"]}
+          "1.5": ["tiles", "strip", "patching", "grid_in_window", "long_tiles"]}
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +109,9 @@ def test_the_patching_map_hover_names_the_device_pixel_under_the_pointer(shown, 
 def test_the_patching_patterns_hover_names_the_device_pixel_under_the_pointer(shown):
     p = shown["2"]["patterns"]  # (its tile_pixel at other ratios: tests/figures/test_tile_pixel_ratios.py)
     assert p["seen"] > 2000 and p["n_wrong"] == 0, p
+
+
+def test_the_long_view_names_the_device_pixel_under_the_pointer_at_an_odd_offset_in_its_window(shown):
+    t = shown["1.5"]["long_tiles"]  # (cell_at: the pane and the tiles alike)
+    assert any((v * 1.5) % 1 for corner in t["corners"] for v in corner), t  # (edges between device pixels)
+    assert t["seen"] > 1000 and t["n_wrong"] == 0, t

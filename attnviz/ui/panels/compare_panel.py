@@ -12,7 +12,8 @@ runner's Compare session (ui/machinery/compare_jobs.py):
 - the token strip: a red frame where the top-1 next token flips, a bar for each position's
   KL(A || B), hover reads the numbers;
 - the summary (the residual stream's cosine, the KLD statistics, same top-1; its hover says what
-  each is), and the induction heads that survived or were lost on the probe.
+  each is), and the induction heads that survived or were lost on the probe. (These texts and the
+  strip's and the map's hovers: compare_readouts.py.)
 Stop comparing (or closing the panel) frees B. Export writes the picture and its numbers
 (compare_export.py)."""
 
@@ -29,18 +30,13 @@ from PySide6.QtWidgets import (
     QButtonGroup, QLabel, QPushButton, QSizePolicy, QToolButton, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.analysing.compare import beside_threshold, resid_drift
-from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.reading.token_text import plural, quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
-from attnviz.figures.numbers import plain_number
-from attnviz.figures.painted import painted_in
 from attnviz.figures.render import figure_font
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES, side_name
-from attnviz.ui.panels import compare_export, compare_tiles
+from attnviz.ui.panels import compare_export, compare_readouts, compare_tiles
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.fields import plain_label, plain_tip
 from attnviz.ui.views.painted import window_origin
@@ -155,10 +151,10 @@ class ComparePanel(QWidget):
             note.setWordWrap(True)
         self.map = Canvas(self._paint_map, MAP_HEIGHT, fit=self._map_fit)
         self.map.sigClicked.connect(self._on_map_click)
-        self.map.hover = self._map_readout
+        self.map.hover = lambda x, y: compare_readouts.map_readout(self, x, y)
         self.focus = Canvas(self._paint_focus, 140, fit=self._focus_fit)
         self.strip = Canvas(self._paint_strip, 60, fit=self._strip_fit)
-        self.strip.hover = self._strip_readout
+        self.strip.hover = lambda x, y: compare_readouts.strip_readout(self, x, y)
         self.summary = plain_label(QLabel())
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -218,7 +214,7 @@ class ComparePanel(QWidget):
         self.blank_note.setVisible(self.state.hide_first and self.doc() is not None)
         self.unweighted.setVisible(self.state.value_weighted and self.doc() is not None)
         self._set_summary()
-        self.induction.setText(self.induction_text())
+        self.induction.setText(compare_readouts.induction_text(self))
         for canvas in (self.tiles, self.strip, self.focus, self.map):
             canvas.refit()
         if self.jobs.comparison is not self._tiles_of() and self.isVisible():
@@ -245,7 +241,7 @@ class ComparePanel(QWidget):
         """The summary's text; its height never shrinks while B is open: a keystroke's comparison
         comes before its next-token numbers, and a summary that lost and regained their line per
         keystroke would move the tiles and the map (and repaint them) twice a keystroke."""
-        self.summary.setText(self.summary_text())
+        self.summary.setText(compare_readouts.summary_text(self))
         self.summary.setToolTip(plain_tip(F.SUMMARY_TIP if self.summary.text() else ""))
         if not self.jobs.active:
             self.summary.setMinimumHeight(0)
@@ -259,43 +255,6 @@ class ComparePanel(QWidget):
     def doc(self) -> dict | None:
         c = self.jobs.comparison
         return None if c is None else c.doc
-
-    def summary_text(self) -> str:
-        d = self.doc()
-        if d is None:
-            return ""
-        jsd = np.asarray(d["heads_jsd"])
-        every = f"{F.EVERY_KEY}: " if self.state.hide_first else ""  # (as the map beside it)
-        # (significant digits, as the map's caption: a JSD of 3e-05 bits is not "0.0000")
-        parts = [f"{every}mean head JSD {plain_number(jsd.mean())} bits"]
-        if jsd.max(initial=0.0) > 0:
-            l, h, v = _most_moved(jsd)
-            parts.append(f"moved most {head_title(l, h)} ({plain_number(v)} bits)")
-        else:  # (a model against itself: no head to name)
-            parts.append("no head moved: every head's JSD is exactly 0")
-        if len(d["resid_cos"]):
-            parts.append(resid_drift(d["resid_cos"]))
-        if d["kld_stats"] is not None:
-            s = d["kld_stats"]
-            parts.append(f"KL(A\u2016B) mean {F.nats(s['mean'])}, median {F.nats(s['median'])}, "
-                         f"p99 {F.nats(s['p99'])}, max {F.nats(s['max'])} nats")
-            n = len(d["flips"])
-            flips = (f"{plural(n, 'flip')}: framed red in the strip above, each token's bar its KL" if n
-                     else "no flips: A's and B's top-1 agree at every position; each token's bar in the strip above its KL")
-            parts.append(f"same top-1 {d['same_top1']:.1%} ({flips})")
-        return "; ".join(parts)
-
-    def induction_text(self) -> str:
-        ind = self.jobs.induction
-        if ind is None:
-            return "Induction heads on the probe: computing\u2026" if self.jobs.active else ""
-        a, b, t = np.asarray(ind["a"]), np.asarray(ind["b"]), ind["threshold"]
-        def fmt(lst):  # (a strength written on its side of the threshold: lost is never "0.40")
-            return ", ".join(f"{head_title(l, h)} {beside_threshold(a[l, h], t)}\u2192"
-                             f"{beside_threshold(b[l, h], t)}" for l, h in lst)
-        return (f"Induction heads on the probe (strength \u2265 {ind['threshold']:g} in A): "
-                f"survived {len(ind['survived'])}{': ' + fmt(ind['survived']) if ind['survived'] else ''}; "
-                f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")
 
     # --- the pictures ---------------------------------------------------------------------------
     def sides(self, c) -> tuple:
@@ -417,20 +376,6 @@ class ComparePanel(QWidget):
         if hit is not None and hit[0] == "head":
             self.state.set_focus(hit[1], hit[2])
 
-    def _map_readout(self, x: float, y: float) -> str | None:
-        if self.map_layout is None:
-            return None
-        if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends them in an ellipsis)
-            return headmap.whole_title(self.head_map(), self.map_layout)
-        hit = headmap.hit(self.head_map(), self.map_layout, x, y, self.map.devicePixelRatioF(),
-                          window_origin(self.map))
-        if hit is not None and hit[0] == "head":
-            d = self.doc()
-            l, h = hit[1], hit[2]
-            return (f"{head_title(l, h)}: JSD mean {plain_number(d['heads_jsd'][l][h])} bits, "
-                    f"largest row {plain_number(d['heads_jsd_max'][l][h])} bits")
-        return None
-
     def _paint_focus(self, p: QPainter, w: int, h: int) -> None:
         c, focus = self.jobs.comparison, self.state.focus
         self.focus_rects, self.focus_titles = [], []
@@ -456,17 +401,6 @@ class ComparePanel(QWidget):
         F.paint_strip(p, c.result.labels, cells, d["kld"], flipped, INK)
         self.strip_cells = cells
 
-    def _strip_readout(self, x: float, y: float) -> str | None:
-        c, dpr, origin = self.jobs.comparison, self.strip.devicePixelRatioF(), window_origin(self.strip)
-        for t, r in enumerate(self.strip_cells):  # (where its frame is painted, flipped or not)
-            if painted_in(x, y, r, dpr, origin, framed=True):
-                d = c.doc
-                text = f"token {t} {quoted(c.result.labels[t])}"
-                if d["kld"] is not None:
-                    text += f": KL(A\u2016B) {F.nats(d['kld'][t])} nats; " + _top1_text(c, t)
-                return text
-        return None
-
     # --- export (compare_export.py) ---------------------------------------------------------------
     def export_dialog(self) -> None:
         compare_export.export_dialog(self)
@@ -483,18 +417,3 @@ def _title_side_of_shape(n_layer: int, n_head: int) -> float:
     last = head_title(n_layer - 1, n_head - 1)
     return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
 
-
-def _top1_text(c, t: int) -> str:
-    """The two top-1 next tokens after token t of comparison `c`, as the strip's hover reads them."""
-    flip = next((f for f in c.doc["flips"] if f["position"] == t), None)
-    if flip is not None:
-        return f"top-1 flips: A {quoted(flip['a_token'])}, B {quoted(flip['b_token'])}"
-    if c.tops is None:  # (the numbers of another comparison's ids: none to read)
-        return "same top-1 in A and B"
-    return f"same top-1 in A and B: {quoted(token_text(c.pair.a.model, int(c.tops[0][t])))}"
-
-
-def _most_moved(jsd):
-    from attnviz.engine.analysing.compare import moved_most
-
-    return moved_most(jsd, 1)[0]

@@ -4,31 +4,31 @@ Per update only the reused uint8 buffer is refilled and handed to `setImage` wit
 table (style.heat_table: entry 0 is the transparent gap, 1..255 the colormap; under each head the
 no-value colour, NoValueUnder, which a cell of the gap shows). Items around the image
 (titles, KV-group bands, the focus frame, the query-row highlight) are pooled and only moved; where they
-go is computed in ui/views/mosaic.py. Token labels live in the focus view and in the hover read-out, never on
-the small heads."""
+go is computed in ui/views/mosaic.py (the marks over the tiles are drawn by ui/views/grid_marks.py).
+Token labels live in the focus view and in the hover read-out, never on the small heads."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
-from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
-    Geometry, GridLayout, cell_readout, focus_margin, kv_segments, same_layout, tile_index, title_room,
+    Geometry, GridLayout, cell_readout, kv_segments, same_layout, tile_index, title_room,
     title_spots,
 )
 from attnviz.figures.style import (
-    ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, heat_positions, heat_table,
+    BACKGROUND, bar_label, heat_positions, heat_table,
     signed_positions, signed_table,
 )
-from attnviz.figures.view import window_edge
 from attnviz.figures.roles import SHORT_PROBE_NOTE
 from attnviz.figures.titles import title_form, title_forms
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
+from attnviz.ui.views.grid_marks import draw_crosses, draw_focus, draw_query, draw_window, mark_items
 from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import MoveWatch, PressWatch, painted_point
 from attnviz.ui.views.grid_items import (
@@ -74,37 +74,8 @@ class HeatmapGrid(QWidget):
         self.gw.addItem(self.cbar, row=0, col=1)
         self.no_model = NoModel(state, self.cbar, self.gw)  # an empty grid says why
 
-        self.focus_rect = QGraphicsRectItem()
-        pen = QPen(QColor(FOCUS), 2)
-        pen.setCosmetic(True)
-        self.focus_rect.setPen(pen)
-        self.focus_rect.setZValue(5)
-        self.focus_rect.hide()
-        self.plot.addItem(self.focus_rect)
-        self.query_dim = QGraphicsPathItem()
-        self.query_dim.setPen(QPen(Qt.PenStyle.NoPen))
-        self.query_dim.setBrush(QBrush(QColor(0, 0, 0, 150)))
-        self.query_dim.setZValue(3)
-        self.query_line = QGraphicsPathItem()
-        qpen = QPen(QColor("#ffffff"), 1)
-        qpen.setCosmetic(True)
-        self.query_line.setPen(qpen)
-        self.query_line.setZValue(4)
-        self.window_line = QGraphicsPathItem()  # the sliding window's edge on local layers
-        wpen = QPen(QColor(WINDOW_EDGE), 1, Qt.PenStyle.DashLine)
-        wpen.setCosmetic(True)
-        self.window_line.setPen(wpen)
-        self.window_line.setZValue(2)
-        for item in (self.query_dim, self.query_line, self.window_line):
-            item.hide()
-            self.plot.addItem(item)
-        self.off_marks = QGraphicsPathItem()  # switched-off heads (state.effects.ablation): crossed out
-        off_pen = QPen(QColor(OFF), 2)
-        off_pen.setCosmetic(True)
-        self.off_marks.setPen(off_pen)
-        self.off_marks.setZValue(5)
-        self.off_marks.hide()
-        self.plot.addItem(self.off_marks)
+        # the focus frame, the query row's highlight, the window's edge, the switched-off crosses
+        self.focus_rect, self.query_dim, self.query_line, self.window_line, self.off_marks = mark_items(self.plot)
         self._titles: list[Label] = []
         self._captions: list[Label] = []
         self._bands: list[QGraphicsRectItem] = []
@@ -274,22 +245,8 @@ class HeatmapGrid(QWidget):
         for t in shown:
             t.use_form(form)
 
-    def _draw_window(self) -> None:
-        """The sliding window's edge on every tile of a local layer, once the text is longer than
-        the window: keys left of the dashed line are out of the window."""
-        lo, model = self.layout_, self.state.model
-        path = QPainterPath()
-        if lo is not None and model is not None:
-            c = model.config
-            for i, (layer, _) in enumerate(lo.heads):
-                edge = window_edge(lo.n_tok, c.window(layer) if layer < c.n_layer else None, lo.pool)
-                if edge:
-                    x0, y0 = float(lo.x0[i]), float(lo.y0[i])
-                    path.moveTo(x0 + edge[0][0], y0 + edge[0][1])
-                    for x, y in edge[1:]:
-                        path.lineTo(x0 + x, y0 + y)
-        self.window_line.setPath(path)
-        self.window_line.setVisible(not path.isEmpty())
+    def _draw_window(self) -> None:  # (grid_marks.draw_window)
+        draw_window(self.window_line, self.layout_, self.state.model)
 
     def _view_size(self) -> tuple[int, int]:  # the screen pixels the mosaic may fill
         return view_size(self.gw, self.cbar)
@@ -331,14 +288,7 @@ class HeatmapGrid(QWidget):
 
     def _draw_focus(self, *_):
         f = self.state.focus
-        i = None if f is None else self._tile_index(*f)
-        if i is None:
-            self.focus_rect.hide()
-            return
-        lo = self.layout_
-        m = focus_margin(lo.T)
-        self.focus_rect.setRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
-        self.focus_rect.show()
+        draw_focus(self.focus_rect, self.layout_, None if f is None else self._tile_index(*f))
 
     def _draw_off(self, *_):
         """A cross over each switched-off head shown, and its title says so (layer view)."""
@@ -346,39 +296,12 @@ class HeatmapGrid(QWidget):
         self._draw_titles()
 
     def _draw_off_marks(self) -> None:  # the crosses alone (a re-layout: _draw writes the titles)
-        lo = self.layout_
-        path = QPainterPath()  # (B or A − B shows both models' clean runs: nothing is off there)
-        for l, h in self.state.effects.ablation.heads if self.shown_mode == "A" else ():
-            i = None if lo is None else self._tile_index(l, h)
-            if i is not None:
-                x, y, T = float(lo.x0[i]), float(lo.y0[i]), float(lo.T)
-                path.moveTo(x, y)
-                path.lineTo(x + T, y + T)
-                path.moveTo(x + T, y)
-                path.lineTo(x, y + T)
-        self.off_marks.setPath(path)
-        self.off_marks.setVisible(not path.isEmpty())
+        # (B or A − B shows both models' clean runs: nothing is off there)
+        heads = self.state.effects.ablation.heads if self.shown_mode == "A" else ()
+        draw_crosses(self.off_marks, self.layout_, [self._tile_index(l, h) for l, h in heads])
 
     def _draw_query(self, *_):
-        q = self.state.query_pos
-        lo = self.layout_
-        if q is None or lo is None or q >= lo.n_tok:
-            self.query_dim.hide()
-            self.query_line.hide()
-            return
-        T = lo.T
-        q //= lo.pool
-        dim, line = QPainterPath(), QPainterPath()
-        for x, y in zip(lo.x0.tolist(), lo.y0.tolist()):
-            if q > 0:
-                dim.addRect(QRectF(x, y, T, q))
-            if q < T - 1:
-                dim.addRect(QRectF(x, y + q + 1, T, T - q - 1))
-            line.addRect(QRectF(x, y + q, T, 1))
-        self.query_dim.setPath(dim)
-        self.query_line.setPath(line)
-        self.query_dim.show()
-        self.query_line.show()
+        draw_query(self.query_dim, self.query_line, self.layout_, self.state.query_pos)
 
     def _view_resized(self, *_):  # (the window's size, or the colour bar's labels widened)
         lo = self.layout_

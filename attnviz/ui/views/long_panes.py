@@ -5,8 +5,6 @@ the picture's colour table (figures/long_picture.colour_table)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
@@ -14,11 +12,12 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
+from attnviz.figures.painted import device_pixel, drawn_index
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
 from attnviz.figures.titles import cut_title, title_form, title_forms
 from attnviz.ui.views.mosaic import UNDEFINED
-from attnviz.ui.views.painted import painted_index
+from attnviz.ui.views.painted import window_origin
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
 DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
@@ -109,15 +108,18 @@ class _PatternArea(QWidget):
         return None if qk is None else (h, *qk)
 
     def cell_at(self, h: int, pos: QPointF):
-        """(overview, row, column): the cell of head h's overview that Qt paints at the screen pixel
-        under `pos` (ui/views/painted.py), or None where no overview of the region shown is painted."""
+        """(overview, row, column): the cell of head h's overview that Qt paints at the device pixel
+        under `pos` (drawn by QPainter.drawImage: figures/painted.drawn_index), or None where no
+        overview of the region shown is painted."""
         ov = self.overview_of(h)
         if ov is None or ov.region != self.long.region or ov.layer != self.layer() or h not in ov.heads:
             return None
         rect, dpr = self.head_rect(h), self.devicePixelRatioF()  # (painted in device pixels)
+        # (counted from the window's edge: at a fractional ratio the widget's lies between two pixels)
+        ox, oy = window_origin(self)
         H, W = ov.values.shape[1:]
-        cy = painted_index(math.floor(pos.y() * dpr), rect.top() * dpr, rect.bottom() * dpr, H)
-        cx = painted_index(math.floor(pos.x() * dpr), rect.left() * dpr, rect.right() * dpr, W)
+        cy = drawn_index(device_pixel(pos.y(), dpr, oy), (rect.top() + oy) * dpr, rect.height() * dpr, H)
+        cx = drawn_index(device_pixel(pos.x(), dpr, ox), (rect.left() + ox) * dpr, rect.width() * dpr, W)
         return ov, min(max(cy, 0), H - 1), min(max(cx, 0), W - 1)
 
     def readout(self, pos: QPointF) -> str:
