@@ -179,6 +179,18 @@ def test_a_number_alone_is_the_token_of_that_text_and_hash_n_the_id_n(toy):
     assert P.vocab_token(toy, "#1") == 1 and P.vocab_token(toy, "# 1") == 1
 
 
+def test_a_text_the_vocabulary_lacks_is_refused_not_taken_as_the_unknown_token():
+    """A word-level vocabulary reads a text it lacks as its unknown token: typed, that text is
+    refused (naming it), while the unknown token's own spelling and a word it has resolve."""
+    book = load_model("attnviz-textbook")
+    unk = book.tokenizer.unknown_token()
+    for typed in ("7", "qqq"):
+        with pytest.raises(InputError, match=rf"^'{typed}' is not in attnviz-textbook's vocabulary"):
+            P.vocab_token(book, typed)
+    assert P.vocab_token(book, unk) == book.tokenizer.token_to_id(unk)
+    assert P.vocab_token(book, "cat") == book.tokenizer.token_to_id("cat")
+
+
 def test_smollm2_predicts_the_repeated_token_and_gguf_vocab_strings_resolve(smollm2):
     text = "one two three four five six. one two three four five"
     r = smollm2.run(text, trace=P.prediction_trace(), request=RunRequest(use_cache=False))

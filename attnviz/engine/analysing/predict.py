@@ -256,10 +256,15 @@ def vocab_token(model, spec) -> int:
     i = model.tokenizer.token_to_id(spec)
     if i is not None and i < V:
         return int(i)
+    unk = model.tokenizer.unknown_token()  # (text the vocabulary lacks is read as it: not that token)
+    unk_id = model.tokenizer.token_to_id(unk) if unk else None
     for text in dict.fromkeys((spec, " " + spec.lstrip())):
         enc = model.tokenizer.encode(text, add_special_tokens=False)
-        if len(enc.ids) == 1:
+        if len(enc.ids) == 1 and (unk_id is None or enc.ids[0] != unk_id):
             return int(enc.ids[0])
     enc = model.tokenizer.encode(spec, add_special_tokens=False)
+    if unk_id is not None and unk_id in enc.ids:
+        raise InputError(f"{quoted(spec)} is not in {model.name}'s vocabulary (its tokenizer reads it as "
+                         f"{quoted(unk)}): give one token, its tokenizer string or #id")
     raise InputError(f"{quoted(spec)} is {tokens(len(enc.ids))} ({', '.join(map(quoted, enc.labels)) or 'none'}), "
                      "not one: give one token, its tokenizer string or #id")
