@@ -107,6 +107,11 @@ def test_qwen_without_max_window_layers_takes_the_default_and_layer_types_win(tm
     listed = {**cfg, "layer_types": ["sliding_attention", "full_attention", "full_attention"]}
     assert [config_from_dict(listed).window(i) for i in range(3)] == [4, None, None]
     assert calc_inputs_from_config(listed).sliding_window_layers == (0,)
+    # layer_types saved with no sliding layer (a window size beside it): no window, and it computes
+    unlisted = {**cfg, "layer_types": ["full_attention"] * 3}
+    inputs = calc_inputs_from_config(unlisted)
+    assert inputs.sliding_window is None and inputs.sliding_window_layers is None
+    assert calculate(inputs).kv_bytes_total == calculate(calc_inputs_from_config(cfg)).kv_bytes_total
 
 
 def test_a_qwen25_layout_windows_its_last_three_layers_in_the_calculator():

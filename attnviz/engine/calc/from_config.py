@@ -91,7 +91,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     if window and isinstance(layer_types, (list, tuple)) and layer_types:
         window_layers = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
         if not window_layers:
-            window = None
+            window, window_layers = None, None  # (no layer windowed: no size, no layers named)
         elif len(window_layers) == len(layer_types):
             window_layers = None  # every layer: as a config without layer_types says it
     elif window and model_type == "gemma2":
