@@ -351,8 +351,8 @@ def test_the_patching_pages_induction_bars_read_as_the_head_scores_give_them(smo
     assert s[23, 7] < bar and c[23, 7] < ch[23, 7] + margin  # under both
     page = _flat("docs/patching.md")
     assert (f"L23 H2's induction strength, {s[23, 2]:.2f}, is over the {bar:g} threshold, but its "
-            f"induction score, {c[23, 2]:.3f}, is under its chance score {ch[23, 2]:.3f} + {margin:g} = "
-            f"{ch[23, 2] + margin:.3f}; L23 H7 misses both bars (strength {s[23, 7]:.2f}, score "
+            f"induction score, {c[23, 2]:.3f}, is under its chance score {ch[23, 2]:.3f} plus the {margin:g} "
+            f"margin, {ch[23, 2] + margin:.3f}; L23 H7 misses both bars (strength {s[23, 7]:.2f}, score "
             f"{c[23, 7]:.3f})") in page
 
 
