@@ -79,3 +79,15 @@ def test_a_packed_q8_0_w_out_is_read_in_its_blocks(tmp_path):
     assert store.packed_view(1).w_out is None and store.packed_view(1).packed.w_out is not None
     assert zero_mlps(model) == (1,)
     assert store.held_bytes() == 0  # (read in its blocks: nothing expanded)
+
+
+def test_a_model_s_layers_are_read_once_for_every_pick(monkeypatch):
+    """Why here? asks at each pick: the second ask of a model reads none of its layers again."""
+    model = load_model("attnviz-toy-stdlib")
+    first = zero_mlps(model)
+
+    def read(_store, _i):
+        raise AssertionError("a layer read again")
+
+    monkeypatch.setattr(type(model.weights.layers), "__getitem__", read)
+    assert zero_mlps(model) == first and stored_as_zeros(model)

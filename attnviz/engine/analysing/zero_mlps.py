@@ -11,6 +11,7 @@ is not 0."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -20,9 +21,26 @@ from attnviz.engine.reading.qpack import LANES, dequantized
 GROUPS = 256  # packed row groups (16 rows each) dequantised at a time
 
 
+_FOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> zero_mlps (weights never change)
+
+
 def zero_mlps(model) -> tuple[int, ...]:
     """The layers whose MLP writes exactly 0 for any input: its output weight W_out [d_ff,
-    d_model] and its bias all 0, float32 or in quantised blocks (module docstring)."""
+    d_model] and its bias all 0, float32 or in quantised blocks (module docstring). Read once a
+    model: a view asks at each pick, and a model under a memory budget expands layers to read."""
+    try:
+        return _FOUND[model]
+    except (KeyError, TypeError):  # (TypeError: an object no weak reference can name)
+        pass
+    found = _read(model)
+    try:
+        _FOUND[model] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _read(model) -> tuple[int, ...]:
     store = model.weights.layers
     view = getattr(store, "packed_view", None)  # (a GGUF model's layers: blocks, no float32 copy)
     out = []
