@@ -143,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     own_process = argv is None  # (a caller passing argv, a test, keeps its process as it is)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # (named against the command they were given to, with its own --help)
+        own = parser.commands.get(args.command) if args.command else None
+        (own or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     prog = "attnviz" if args.command is None else f"attnviz {args.command}"

@@ -34,7 +34,10 @@ MISUSE = [
      r"--model before the command opens the window; put it after it: attnviz heads --model"),
     ("launcher-text-before-command", ["--text", "a", "models"], r"--text before the command"),
     # -- models
-    ("models-extra-argument", ["models", "extra"], r"unrecognized arguments: extra"),
+    ("models-extra-argument", ["models", "extra"],
+     r"^attnviz models: error: unrecognized arguments: extra \(see attnviz models --help\)$"),
+    ("attention-unknown-option", ["attention", *TB, "--text", "a", "--nope", "1", *OUT_NPZ],
+     r"^attnviz attention: error: unrecognized arguments: --nope 1 \(see attnviz attention --help\)$"),
     # -- attention: sources
     ("attention-text-and-ids", ["attention", *TB, "--text", "a", "--ids", "1", *OUT_NPZ],
      r"argument --ids: not allowed with argument --text"),
@@ -55,7 +58,7 @@ MISUSE = [
      r"token id 42 at position 1 is outside this model's vocabulary 0\.\.41"),
     ("ids-huge", ["attention", *TB, "--ids", "9" * 30, *OUT_NPZ], r"too large to be a token id"),
     ("ids-too-many", ["attention", *TB, "--ids", ",".join(["5"] * 70), *OUT_NPZ],
-     r"sequence of 70 tokens is longer than this model's 64 positions.*--truncate"),
+     r"sequence of 70 tokens is longer than this model's 64 positions.*\(--truncate on the command line\)$"),
     ("text-too-long", ["attention", *TB, "--text", "the " * 70, *OUT_NPZ],
      r"sequence of 71 tokens is longer than this model's 64 positions"),
     ("text-empty-on-a-decoder-without-bos", ["attention", "--model", "{bytes}", "--text", "", *OUT_NPZ],
