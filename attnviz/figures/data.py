@@ -278,7 +278,7 @@ def open_sidecar(path: str | os.PathLike) -> dict:
         candidates.append(sidecar_path(p))
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
-        raise ExportError(f"no attnviz view file at {candidates[-1]}"
+        raise ExportError(f"no attnviz view file at {p if p.suffix.lower() == '.json' else candidates[-1]}"
                           + ("" if p.suffix.lower() == ".json" else f" (the sidecar of {p.name})"))
     try:  # the engine's one reader of JSON files: size cap, file kind, encoding, nesting
         doc = read_json_object(found)

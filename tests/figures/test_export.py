@@ -337,6 +337,8 @@ def test_failure_midway_removes_partial_and_temp_files(qapp, run, tmp_path, monk
 def test_open_sidecar_errors(tmp_path):
     with pytest.raises(ExportError, match="no attnviz view file"):
         open_sidecar(tmp_path / "nope.png")
+    with pytest.raises(ExportError, match=r"no attnviz view file at \S*/missing\.json$"):
+        open_sidecar(tmp_path / "missing.json")  # (the path as given, not missing.json.json)
     bad = tmp_path / "bad.png.json"
     bad.write_text("{not json")
     with pytest.raises(ExportError, match=r"not valid JSON: .* line 1"):

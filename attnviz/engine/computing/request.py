@@ -81,7 +81,7 @@ def kept_positions(n_full: int, closing_special: bool, positions: int, request: 
     if not request.truncate:
         what = f"this model's {limit} positions" if limit == positions else f"the limit of {limit} tokens"
         raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
-                         "text or truncate it (--truncate, RunRequest(truncate=True))")
+                         "text or truncate it (--truncate on the command line)")
     keep = list(range(limit))
     if closing_special and limit > 1:  # keep the closing special token ([SEP])
         keep[-1] = n_full - 1
