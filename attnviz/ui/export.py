@@ -176,8 +176,8 @@ def remember_folder(path, settings: QSettings | None = None) -> None:
 
 # --- sidecar views: File -> Open view restores what an export recorded -------------------------
 def view_problem(state, view: dict) -> str | None:
-    """Why a view cannot be shown on the state's model (a layer or head it does not have), or
-    None when it can."""
+    """Why a view cannot be shown on the state's model (a layer or head it does not have, a
+    colormap, scale or view mode attnviz does not know), or None when it can."""
     if state.model is None:
         return "no model is loaded"
     name = state.model_name
@@ -188,6 +188,9 @@ def view_problem(state, view: dict) -> str | None:
                 check_index("head", int(view["head"]), state.n_head, owner=name, per=" per layer")
     except InputError as exc:
         return str(exc)
+    for key, known in (("colormap", COLORMAPS), ("scale_mode", SCALE_MODES), ("view_mode", VIEW_MODES)):
+        if view.get(key) is not None and view[key] not in known:  # (shown as recorded, or not at all)
+            return f"the view's {key} {view[key]!r} is not one of attnviz's ({', '.join(known)})"
     return None
 
 

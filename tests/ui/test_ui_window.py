@@ -313,6 +313,12 @@ def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_ba
     path.write_text(json.dumps(doc))
     window.open_view(str(path))
     assert "Head 50 is out of range" in widget(window, "error_banner").text() and st.layer == before[1]
+    for key, value in (("colormap", "nope"), ("scale_mode", "sideways"), ("view_mode", "3d")):
+        path.write_text(json.dumps({**doc, "layer": 2, "head": 3, key: value}))
+        window.open_view(str(path))  # shown as recorded or not at all: never half with the old colormap
+        msg = widget(window, "error_banner").text()
+        assert msg.startswith("Could not open") and f"{key} '{value}' is not one of " in msg
+        assert (st.text, st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first) == before
 
     doc.update(layer=2, head=3)
     path.write_text(json.dumps(doc))
