@@ -97,9 +97,10 @@ def test_other_invalid_inputs_land_on_their_field(calc_panel):
     calc_panel.spins["batch"].setValue(1 << 24)
     assert "beyond any real memory" in calc_panel.error_labels["seq_len"].text()
     # the values named as their fields show them
-    shown = (calc_panel.spins["seq_len"].text(), calc_panel.spins["batch"].text())
-    assert shown == ("2,000,000,000", "16,777,216")
-    assert f"check seq_len ({shown[0]}) and batch ({shown[1]})" in calc_panel.error_labels["seq_len"].text()
+    shown = tuple(calc_panel.spins[f].text() for f in ("seq_len", "batch", "n_layer"))
+    assert shown[:2] == ("2,000,000,000", "16,777,216")
+    assert (f"check seq_len ({shown[0]}), batch ({shown[1]}) and n_layer ({shown[2]})"  # (each multiplies it)
+            in calc_panel.error_labels["seq_len"].text())
 
 
 def test_the_n_head_message_writes_its_numbers_as_the_fields_do(calc_panel):

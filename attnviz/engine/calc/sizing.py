@@ -326,7 +326,7 @@ def _check_kv_total(d: Dims, kv_total_bits: int) -> None:
         raise input_error("seq_len",
                    f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch:,} × {d.seq_len:,} tokens × "
                    f"{d.n_layer:,} layers) is beyond any real memory (limit 1 EiB); check seq_len "
-                   f"({d.seq_len:,}) and batch ({d.batch:,})")
+                   f"({d.seq_len:,}), batch ({d.batch:,}) and n_layer ({d.n_layer:,})")
 
 
 def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:
