@@ -274,11 +274,17 @@ def strongest(scores, n: int, into: tuple[int, int] | None = None) -> list[tuple
     return [(*(int(i) for i in np.unravel_index(k, scores.shape)), float(scores.flat[k])) for k in order]
 
 
+def _json_numbers(scores) -> list:
+    """Scores of any shape as JSON holds them: nested lists, an undefined (NaN) score as null."""
+    a = np.asarray(scores, dtype=np.float64)
+    out = a.astype(object)  # (Python floats)
+    out[np.isnan(a)] = None
+    return out.tolist()
+
+
 def copying_numbers(copying) -> list | None:
     """The copying map as JSON holds it: an undefined (NaN) score as null."""
-    if copying is None:
-        return None
-    return [[None if np.isnan(v) else float(v) for v in row] for row in np.asarray(copying)]
+    return None if copying is None else _json_numbers(copying)
 
 
 def undefined(scores, into: tuple[int, int] | None = None) -> tuple[int, int]:
@@ -296,12 +302,7 @@ def undefined(scores, into: tuple[int, int] | None = None) -> tuple[int, int]:
 def composition_numbers(composition: dict) -> dict:
     """The composition scores as JSON holds them: mode -> nested lists, an undefined (NaN) score
     as null."""
-    out = {}
-    for mode in MODES:
-        a = np.asarray(composition[mode], dtype=object)
-        a[np.isnan(np.asarray(composition[mode], dtype=np.float64))] = None
-        out[mode] = a.tolist()
-    return out
+    return {mode: _json_numbers(composition[mode]) for mode in MODES}
 
 
 def circuits(model, progress=None) -> Circuits:
