@@ -99,8 +99,8 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     elif window and raw.get("sliding_window_pattern") and isinstance(n_layer, int):
         every = int(raw["sliding_window_pattern"])  # Gemma 3: every k-th layer is global
         window_layers = tuple(i for i in range(n_layer) if (i + 1) % every)
-    elif window and isinstance(n_layer, int) and first_window_layer(raw, model_type):
-        first = first_window_layer(raw, model_type)  # Qwen: from max_window_layers on
+    elif window and isinstance(n_layer, int) and (first := first_window_layer(raw, model_type)):
+        # Qwen: from max_window_layers on
         if isinstance(first, bool) or not isinstance(first, int) or first < 0:
             raise input_error("max_window_layers", "config.json's max_window_layers must be a whole "
                               f"number of layers, got {first!r}")
