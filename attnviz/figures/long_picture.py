@@ -33,11 +33,6 @@ REDUCE_WORDS = {"max": "block max", "mean": "block mean"}
 OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the view says them
 
 
-def hidden_words(name: str) -> str:
-    """The legend's words for the no-value colour under colormap `name`."""
-    return no_value_legend(name)
-
-
 def colour_table(name: str) -> list[int]:
     """The colormap's table (style.heat_table, the gap its no-value colour: a hidden first key's
     cells and undefined rows) as a QImage colour table: the long view paints its panes through it,
@@ -110,7 +105,7 @@ class LongPicture:
             tiles = (f"tiles: per-head scale{', log' if self.log else ''}, each from {low} to its own "
                      f"largest cell ({plain_number(t.min())} .. {plain_number(t.max())})")
         big = f"{head_title(self.layer, self.head)} (large): its own scale, {span(float(tops(self.pane.values, 'per-head')[0]))}"
-        return [tiles, big] + ([hidden_words(self.colormap)] if self.pane.options[0] else [])
+        return [tiles, big] + ([no_value_legend(self.colormap)] if self.pane.options[0] else [])
 
 
 @dataclass(frozen=True)

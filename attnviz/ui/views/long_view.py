@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
+from attnviz.figures.style import no_value_legend
 from attnviz.figures.long_picture import (
-    REDUCE_WORDS, Layout, LongPicture, cells_text, hidden_words, options_text, scale_span,
+    REDUCE_WORDS, Layout, LongPicture, cells_text, options_text, scale_span,
     write_long_picture,
 )
 from attnviz.figures.overview import tops
@@ -170,7 +171,7 @@ class LongView(QWidget):
         if ov is None:
             return ""
         top = float(tops(ov.values, "per-head")[0])
-        hidden = f" · {hidden_words(self.state.colormap)}" if ov.options[0] else ""
+        hidden = f" · {no_value_legend(self.state.colormap)}" if ov.options[0] else ""
         return f"colours: {scale_span(top, self.long.log)}{hidden}"
 
     def picture(self) -> LongPicture | None:
