@@ -4,6 +4,7 @@ them: llama.cpp tensor names, Q/K rows permuted for its RoPE, weights quantised 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import gguf
@@ -91,6 +92,18 @@ def write_gguf(path: Path, cfg: dict, tensors: dict[str, np.ndarray], qtype=Q.F3
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def tiny_gqa_files(kind: str, where: Path) -> tuple[Path, Path]:
+    """(what load_model opens, the file its weights map) of the tiny GQA Llama (tests/fixtures/
+    llama_gqa) as a Q8_0 GGUF file (kind "gguf") or as a copy of its safetensors folder."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "llama_gqa"
+    if kind == "gguf":
+        cfg, tensors = gguf_tensors(fixture)
+        path = write_gguf(Path(where) / "tiny.gguf", cfg, tensors, qtype=Q.Q8_0)
+        return path, path
+    folder = Path(shutil.copytree(fixture, Path(where) / "tiny"))
+    return folder, folder / "model.safetensors"
 
 
 SPM_VOCAB = Path(__file__).resolve().parent / "fixtures" / "spm" / "vocab.npz"

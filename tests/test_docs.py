@@ -338,6 +338,14 @@ def test_file_sizes_and_gemma3s_unembedding_read_as_the_app_writes_sizes():
         _flat("docs/toy_model.md")
 
 
+def test_the_changed_file_example_reads_as_the_app_writes_it():
+    from attnviz.engine.reading.mapped_files import changed_message
+
+    smollm2 = smollm2_file()  # (its real size, cut to 12 MiB)
+    said = changed_message(smollm2.name, smollm2.stat().st_size, 12 * 2 ** 20, 0)
+    assert f"e.g. {said}. The window" in _flat("docs/models.md").replace("`", "")
+
+
 def test_the_patching_pages_induction_bars_read_as_the_head_scores_give_them(smollm2):
     """docs/patching.md's made-up-names finding: L23 H2 clears the induction strength threshold and
     misses the score-over-chance test, L23 H7 misses both; the numbers as `attnviz heads` gives them."""

@@ -9,6 +9,11 @@ class ModelLoadError(AttnvizError):
     """A model folder or file that cannot be read."""
 
 
+class ModelFileChanged(ModelLoadError):
+    """A file a model reads through a memory map, truncated or rewritten in place after the model
+    was opened from it (engine/reading/mapped_files.py): nothing more is read from it."""
+
+
 class BudgetTooSmall(ModelLoadError):
     """A chosen memory budget below one of the model's layers expanded to float32: the model
     cannot load within it (engine/reading/budget.py resolve_budget)."""

@@ -207,7 +207,7 @@ def budget_to_offer(settings, model) -> str:
 
     text = remembered.saved_memory_budget(settings)  # (auto, where not a size the dialog takes)
     n = parse_budget(text)
-    sizes = getattr(model.weights.layers, "sizes", ()) if model is not None else ()
+    sizes = getattr(model.unchecked_weights.layers, "sizes", ()) if model is not None else ()
     return "auto" if n is not None and n < max(sizes, default=0) else text
 
 

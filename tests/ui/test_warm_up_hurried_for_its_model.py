@@ -17,8 +17,8 @@ SETTLE = 2  # seconds given a hurried warm-up's thread to begin its work: far mo
 
 
 def _model() -> SimpleNamespace:  # a GGUF model as warm_the_rest sees it: packed types, no layers
-    return SimpleNamespace(weights=SimpleNamespace(packed_types=frozenset({Q.Q4_K}), layers=SimpleNamespace()),
-                           config=SimpleNamespace(n_layer=0))
+    weights = SimpleNamespace(packed_types=frozenset({Q.Q4_K}), layers=SimpleNamespace())
+    return SimpleNamespace(weights=weights, unchecked_weights=weights, config=SimpleNamespace(n_layer=0))
 
 
 class _Worker:  # the app's runner as warm_the_rest uses it: the warm-up job under way, the jobs submitted

@@ -78,7 +78,8 @@ def head_matrices(model, layer: int) -> HeadMatrices:
     """Layer `layer`'s W_Q, W_K, W_V, W_O per query head with the norm gains folded in."""
     cfg = model.config
     fam = FAMILY[cfg.family]
-    lw = model.weights.layers[layer]
+    layers = model.weights.layers
+    lw = layers[layer]
     n, nkv, dh = cfg.n_head, cfg.n_kv_head, cfg.d_head
     w = lw.w_qkv.astype(np.float64)  # [d_model, (n_head + 2 n_kv_head) d_head]
     if fam.pre_norm:  # the input norm's gain on every reading row
@@ -92,7 +93,7 @@ def head_matrices(model, layer: int) -> HeadMatrices:
         q = q * lw.q_norm.astype(np.float64)
         k = k * lw.k_norm.astype(np.float64)
     group = kv_group(n, nkv)
-    w_out, _, post_norm = output_projection(model.weights.layers, layer)
+    w_out, _, post_norm = output_projection(layers, layer)
     o = w_out.astype(np.float64).reshape(n, dh, -1)  # [n_head, d_head, d_model]
     if post_norm is not None:  # Gemma 3: the post-attention norm's gain on what heads write
         o = o * post_norm[0].astype(np.float64)

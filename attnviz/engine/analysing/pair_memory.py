@@ -31,7 +31,7 @@ def _kept_for(a) -> tuple[int, str]:
     least its largest layer so it still runs, and its float32 unembedding copy; those in words),
     from one read of what a holds: a copy kept meanwhile on another thread is in both or neither."""
     layers, copy = a.budgeted_bytes()
-    largest = max(getattr(a.weights.layers, "sizes", ()), default=0)
+    largest = max(_sizes(a), default=0)
     held = (f"{a.name}'s float32 layers" if layers >= largest else f"one float32 layer of {a.name}")
     return max(layers, largest) + copy, held + (" and float32 unembedding" if copy else "")
 
@@ -48,7 +48,7 @@ def share_budget(a, b, chosen: int) -> None:
     at most. InputError naming the split and the least budget that holds it, where B would get
     less than its largest layer; nothing changed then."""
     kept, held = _kept_for(a)
-    least = max(max(getattr(b.weights.layers, "sizes", ()), default=0), 1)
+    least = max(max(_sizes(b), default=0), 1)
     if chosen - kept < least:  # (checked before B is touched: its own refusal names only its file)
         raise InputError(f"a memory budget of {format_bytes(chosen)} is too small for model A and "
                          f"model B together: A keeps {format_bytes(kept, 'up')} ({held}) and B needs "
@@ -103,7 +103,7 @@ def share(a, b, chosen: int | None) -> None:
 
 def _sizes(model) -> tuple:
     """Bytes of each of the model's layers as float32 (none: its layers are not budgeted)."""
-    return getattr(model.weights.layers, "sizes", ())
+    return getattr(model.unchecked_weights.layers, "sizes", ())
 
 
 def _largest(model) -> int:
@@ -155,8 +155,8 @@ def move_beside(old, new, b, chosen: int | None) -> None:
     if chosen is None:
         share_auto(new, b)
         return
-    budget = getattr(b.weights.layers, "budget", None)
-    sizes = getattr(new.weights.layers, "sizes", ())
+    budget = getattr(b.unchecked_weights.layers, "budget", None)
+    sizes = _sizes(new)
     if budget is not None and sizes:
         new.set_memory_budget(max(max(sizes), chosen - budget))
 

@@ -198,13 +198,14 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
         direction = gain * u / np.sqrt(np.mean(x * x) + head.eps)
         norm_bias = 0.0
     d = direction.astype(np.float32)
+    layers = model.weights.layers  # (read once: its files checked once, not a layer)
     heads = np.empty((cfg.n_layer, cfg.n_head))
     mlp = np.empty(cfg.n_layer)
     bias = norm_bias
     for layer in range(cfg.n_layer):
         # W_O(h) z_h per head (under a memory budget W_O alone, not the whole layer; a packed
         # layer's on its blocks)
-        writes, b_out, post_norm = head_writes(model.weights.layers, layer, trace.z[layer][:, q])
+        writes, b_out, post_norm = head_writes(layers, layer, trace.z[layer][:, q])
         d_l = d
         if post_norm is not None:  # Gemma 3: the heads' sum passes an RMSNorm before the
             # residual; linearised like the final norm, its 1 / rms frozen from this run

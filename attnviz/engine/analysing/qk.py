@@ -121,14 +121,15 @@ def residual_parts(model, trace: Trace, layer: int, rows) -> tuple[list[str], np
     names = ["embed"]
     x0 = trace.resid[0][rows].astype(np.float64)  # [n, d_model]
     bias = np.zeros_like(x0)
-    emb_norm = model.weights.emb_norm
+    weights = model.weights  # (read once: its files checked once, not a layer)
+    emb_norm = weights.emb_norm
     if emb_norm is not None:  # BERT: the embedding LayerNorm's β is a norm offset
         bias += emb_norm[1]
     parts = [x0 - bias]
     pre = FAMILY[cfg.family].pre_norm
     consts = None if pre else layer_consts(cfg, len(rows), masks=False, positions=rows)
     for i in range(layer):
-        w_out, b_out, post_norm = output_projection(model.weights.layers, i)
+        w_out, b_out, post_norm = output_projection(weights.layers, i)
         w_o = w_out.reshape(cfg.n_head, cfg.d_head, -1).astype(np.float64)  # [n_head, d_head, d_model]
         z = trace.z[i][:, rows].astype(np.float64)  # [n_head, n, d_head]
         heads = np.einsum("hnd,hdm->hnm", z, w_o)  # [n_head, n, d_model]
@@ -139,14 +140,14 @@ def residual_parts(model, trace: Trace, layer: int, rows) -> tuple[list[str], np
             heads, b_o = heads * r, b_o * r
         names += [head_key(i, j) for j in range(cfg.n_head)] + [f"L{i}.mlp"]
         if pre:
-            b_mlp = _bias(layer_vectors(model.weights.layers, i).b_out, x0.shape)
+            b_mlp = _bias(layer_vectors(weights.layers, i).b_out, x0.shape)
             step = (trace.resid[i + 1][rows].astype(np.float64)
                     - trace.resid[i][rows])  # attention + MLP, as written to the stream
             mlp_part = step - heads.sum(axis=0) - b_o - b_mlp
             parts += [*heads, mlp_part]
             bias = bias + b_o + b_mlp
         else:  # post-norm: x = LN2(y + mlp(y)), y = LN1(x + attn(x)), each linearised
-            lw = model.weights.layers[i]
+            lw = weights.layers[i]
             parts += [*heads]
             bias = bias + b_o
             stack = np.stack(parts + [bias])

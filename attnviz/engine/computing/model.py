@@ -28,6 +28,7 @@ from attnviz.engine.computing.run_result import RunResult, kept_sizes
 from attnviz.engine.computing.text_input import check_ids, clean_text, parse_typed_ids
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.mapped_files import check_files
 from attnviz.engine.reading.memory_budget import default_budget, grams_bytes
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class Model:
         self.notice = notice  # one line for the user, e.g. why there is no tokenizer
         self.path = path
         self.config = config
-        self.weights = weights
+        self._weights = weights  # (read through `weights`)
         self.tokenizer = tokenizer
         self.license = license
         self.kv_group = kv_group(config.n_head, config.n_kv_head)
@@ -68,6 +69,24 @@ class Model:
         # never changed in place, so a thread reading it meanwhile reads the old tuple or the new
         self._beside: tuple = ()
 
+    @property
+    def weights(self) -> Weights:
+        """The weights, to read: every run and analysis reads them here, the files they map checked
+        first (mapped_files.py: one fstat each; ModelFileChanged for one changed in place)."""
+        weights = self._weights
+        check_files(weights.files)
+        return weights
+
+    @weights.setter
+    def weights(self, weights: Weights) -> None:
+        self._weights = weights
+
+    @property
+    def unchecked_weights(self) -> Weights:
+        """The weights for what they say of themselves (layer sizes, budget, packed types), their
+        files not checked: never to read values from."""
+        return self._weights
+
     def __repr__(self):
         c = self.config
         return (f"Model({self.name!r}, {c.model_type}, {c.n_layer} layers x {c.n_head} heads, "
@@ -78,7 +97,7 @@ class Model:
         available now, the layers this model holds counted in, less room for the W_O Grams it and
         the models open beside it (open_beside) have not made yet); InputError for less than one
         layer. Prediction's unembedding is rebuilt under the new budget when next asked."""
-        layers = self.weights.layers
+        layers = self._weights.layers
         if not isinstance(layers, LayerStore):
             return  # built in memory (the textbook model): nothing to expand
         if n_bytes is None:
@@ -93,7 +112,7 @@ class Model:
     def let_go_layers(self) -> None:
         """Drop the float32 layers this model holds (a training step not shown while Compare's B is
         open): each is expanded again from its file when a run next needs it."""
-        layers = self.weights.layers
+        layers = self._weights.layers
         if isinstance(layers, LayerStore):
             layers.let_go()
 
@@ -101,7 +120,7 @@ class Model:
         """Lower the memory budget by `n_bytes` that another model will take later (Compare's A:
         the W_O Grams it has not made yet, as B opens under the default budget), never below one
         layer; nothing where no budget limits the layers."""
-        layers = self.weights.layers
+        layers = self._weights.layers
         if n_bytes > 0 and isinstance(layers, LayerStore) and layers.budget is not None:
             self.set_memory_budget(max(max(layers.sizes), layers.budget - n_bytes))
 
@@ -125,7 +144,7 @@ class Model:
         model a chosen memory budget holds (the copy is kept only where the budget holds every
         layer and it besides: logits._fits). The packed blocks, W_O Grams and embeddings come on
         top of it."""
-        layers = self.weights.layers
+        layers = self._weights.layers
         head = self._head
         copy = getattr(getattr(head, "w_u", None), "kept", None)
         return (layers.held_bytes() if isinstance(layers, LayerStore) else 0,
@@ -136,6 +155,7 @@ class Model:
         built on first use and kept until the memory budget changes (its copy packed for the
         kernels, made for the same table, kept then too). NoPrediction, in one line,
         for an encoder, a file missing its final norm or unembedding, or non-finite values in them."""
+        check_files(self._weights.files)  # (a head built before reads the files it maps)
         head = self._head
         if head is None:
             with self._head_lock:
@@ -152,7 +172,7 @@ class Model:
         """One line: the memory budget and the layers it keeps expanded, then what the model keeps
         beside them now, with its bytes (kept_memory.kept_besides: float32 or in-memory tables,
         the unembedding's copies, the W_O Grams), if any (None: not budgeted)."""
-        weights = self.weights
+        weights = self._weights
         if not isinstance(weights.layers, LayerStore):
             return None
         also = kept_besides(weights, self._head, self._grams_made())
@@ -279,9 +299,8 @@ class Model:
         use_cache=False)) gives each, computed together: the texts' rows go through the weights in
         one pass (PACK_ROWS rows and PACK_PATTERN_BYTES of patterns at most per pass;
         packed.pack_texts), which for short texts (a corpus scan) takes a fraction of the time of
-        one run per text. -> one entry
-        per text, in order: its RunResult, or the AttnvizError its run would raise (the others are
-        still computed)."""
+        one run per text. -> one entry per text, in order: its RunResult, or the AttnvizError its
+        run would raise (the others are still computed)."""
         out: list = [None] * len(texts)
         for i, result in self.iter_many(texts, truncate=truncate, max_tokens=max_tokens):
             out[i] = result
@@ -441,7 +460,7 @@ class Model:
         model's weight arrays are never changed in place. Counted beside the layers: a loader's
         default memory budget leaves room for them (memory_budget.grams_bytes), and `memory` and
         grams_held say what is held."""
-        layers = self.weights.layers
+        layers = self._weights.layers
         held = self._grams
         if held is None or held[0] is not layers:
             with self._grams_lock:
@@ -450,6 +469,7 @@ class Model:
                     held = self._grams = (layers, [None] * len(layers))
         gram = held[1][i]
         if gram is None:  # (two threads may both make it: the same bits)
+            check_files(self._weights.files)  # (W_O read from the layers: the `weights` check)
             gram = held[1][i] = head_grams(output_projection(layers, i)[0], self.config.n_head)
         return gram
 

@@ -22,6 +22,7 @@ from gguf.gguf_reader import ReaderField
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.config import ModelConfig, config_from_dict
 from attnviz.engine.reading.gguf_tensors import GGUFTensors, tensor_table
+from attnviz.engine.reading.mapped_files import MappedFile
 from attnviz.engine.reading.validate import (
     cannot_read, exists, file_kind, is_whole, refusal, regular_file, show,
 )
@@ -82,7 +83,8 @@ class _Reader(GGUFReader):
 
     def __init__(self, path, *args, **kwargs):
         self.path = Path(path)  # for messages: the file a field or tensor comes from
-        super().__init__(path, *args, **kwargs)
+        self.mapped = MappedFile(path)  # held open: each run checks it is as it was (mapped_files.py)
+        super().__init__(self.mapped.open_file(), *args, **kwargs)
 
     @property
     def data(self) -> np.ndarray:

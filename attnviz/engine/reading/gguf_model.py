@@ -282,7 +282,8 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
         head = Head(head.norm, head.unembed, f"{ts.path.name} has no tensor "
                     f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP)")
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head, packed_types=frozenset(qtype for qtype, _ in stored if qtype in PACKED))
+                   head=head, packed_types=frozenset(qtype for qtype, _ in stored if qtype in PACKED),
+                   files=ts.files)
 
 
 def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:

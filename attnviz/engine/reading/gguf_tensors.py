@@ -162,6 +162,8 @@ class GGUFTensors:
 
     def __init__(self, reader: GGUFReader, path: Path):
         self.path = path
+        held = getattr(reader, "mapped", None)  # (a stock GGUFReader holds none)
+        self.files = (held,) if held is not None else ()  # what the tensors map: mapped_files.py
         self._table = tensor_table(reader)
         self._released: dict[str, tuple[int, ...]] = {}  # release()'s, for release_again (each name once)
         self._file = reader.data  # the whole file, mapped: byte k is the file's byte k

@@ -68,6 +68,7 @@ class Weights:
     layers: Sequence[Layer]  # a LayerStore (expanded within the memory budget) or a tuple
     head: Head | None = None  # final norm and unembedding (None: the loader reads none)
     packed_types: frozenset = frozenset()  # the block types its layers are packed in for the kernels
+    files: tuple = ()  # the files its arrays map (mapped_files.MappedFile), checked before each run
 
 
 def cat_bias(parts):

@@ -25,7 +25,7 @@ from attnviz.engine.reading.layout import (
 )
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import exists, regular_file
-from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
+from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, mapped_files, refuse_pickle
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
         emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
         layers=layers,  # (no head: an encoder predicts no next token, whatever its file holds)
+        files=mapped_files(ckpt),
     )
 
 
@@ -144,7 +145,7 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     head = read_head(lambda n: ckpt.get(n, (d,)), (p + "ln_f.weight", p + "ln_f.bias"),
                      _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
-                   type_emb=None, emb_norm=None, layers=layers, head=head)
+                   type_emb=None, emb_norm=None, layers=layers, head=head, files=mapped_files(ckpt))
 
 
 def _qkv_gate_up(cfg: ModelConfig, g, a: str):
@@ -200,7 +201,7 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     head = read_head(lambda n: ckpt.get(n, (d,)), (p + "norm.weight",),
                      _unembed(cfg, ckpt, tok_emb, False), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head)
+                   head=head, files=mapped_files(ckpt))
 
 
 def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool):
@@ -260,7 +261,7 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     head = read_head(lambda n: _gemma_gain(ckpt.get(n, (d,))), (p + "norm.weight",),  # 1 + w too
                      _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head)
+                   head=head, files=mapped_files(ckpt))
 
 
 LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama, "qwen3": load_llama,

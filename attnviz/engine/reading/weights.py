@@ -16,6 +16,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.reading.mapped_files import MappedFile
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, json_kind, read_json_object, refusal, regular_file,
     show,
@@ -127,10 +128,12 @@ class TensorFile:
     def __init__(self, path: Path):
         self.path = regular_file(path)
         try:  # read here first, so a file that cannot be opened says why (permission...)
-            with open(path, "rb") as fh:
-                head = fh.read(8)
-                (n_header,) = struct.unpack("<Q", head) if len(head) == 8 else (None,)
-                header_bytes = fh.read(n_header) if n_header is not None and n_header < 1 << 27 else b""
+            # held open: the header read and the map are of one file, checked before each run
+            self.mapped = MappedFile(path)
+            fh = self.mapped.open_file()
+            head = fh.read(8)
+            (n_header,) = struct.unpack("<Q", head) if len(head) == 8 else (None,)
+            header_bytes = fh.read(n_header) if n_header is not None and n_header < 1 << 27 else b""
         except OSError as exc:
             raise cannot_read(path, exc) from exc
         try:
@@ -142,7 +145,7 @@ class TensorFile:
         header.pop("__metadata__", None)
         self._data_start = 8 + n_header
         self._header = {k: header[k] for k in names}
-        self._mmap = np.memmap(path, dtype=np.uint8, mode="r")
+        self._mmap = self.mapped.memmap()
 
     def names(self) -> list[str]:
         return list(self._header)
@@ -175,6 +178,11 @@ class TensorFile:
         if info["dtype"] == "BF16":
             return bf16_to_f32(raw)
         return raw if dtype is np.float32 else raw.astype(np.float32)
+
+
+def mapped_files(ckpt) -> tuple:
+    """The files a checkpoint's tensors map (Checkpoint, or a wrapper holding its `files`)."""
+    return tuple(tf.mapped for tf in ckpt.files)
 
 
 class RowTable:

@@ -35,7 +35,7 @@ import time
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.parallel import cores
-from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.engine.errors import InputError, ModelFileChanged, NoPrediction
 from attnviz.ui.machinery.loading import make_vocabulary_whole, warm_the_rest
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, failure
 from attnviz.ui.machinery.tuning import below_the_main_thread
@@ -208,7 +208,7 @@ class EffectsJobs(QObject):
         docstring)."""
         try:
             pack = model.lm_head().pack
-        except NoPrediction:  # (an analysis of this model said so already)
+        except (NoPrediction, ModelFileChanged):  # (an analysis of this model said so already)
             return
         if pack is None or pack.made or self.worker.running(PACK_KIND) is not None:
             return

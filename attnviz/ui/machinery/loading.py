@@ -201,7 +201,7 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     last step; a warm-up under way (the first analysis's, or one the kernels began on a thread of
     their own: hurry_the_kernels_warm_up) is raised to it where the system lets it, and its steps
     not begun yet are taken at that priority (WarmUp.hurry), where it is `model`'s."""
-    types = getattr(getattr(model, "weights", None), "packed_types", None)
+    types = getattr(getattr(model, "unchecked_weights", None), "packed_types", None)
     if not types:
         return
     if steps:
@@ -214,10 +214,14 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     from attnviz.engine.computing import onerow_stack, qmatvec
     from attnviz.engine.computing.layers import layer_for
     from attnviz.engine.computing.load import packed_views
+    from attnviz.engine.errors import ModelFileChanged
     from attnviz.ui.machinery.runner import THREAD
 
     # (a process that warmed the kernels already, at a model before: the stack may still be to build)
-    if qmatvec.warmed(types, layers=packed_views(model)) and onerow_stack.prepared(model.weights.layers):
+    try:
+        if qmatvec.warmed(types, layers=packed_views(model)) and onerow_stack.prepared(model.weights.layers):
+            return
+    except ModelFileChanged:  # (nothing more to warm for it: each run says its file changed)
         return
 
     def warm():

@@ -92,12 +92,14 @@ def changed_views(state) -> list[str]:
 def _predicts(model) -> bool:
     """Whether the model has a head (Model.lm_head: the one its analyses build and keep; not
     compare_tokens.predicts, which checks every row of a quantised unembedding, on this thread)."""
-    from attnviz.engine.errors import NoPrediction
+    from attnviz.engine.errors import ModelFileChanged, NoPrediction
 
     try:
         model.lm_head()
     except NoPrediction:
         return False
+    except ModelFileChanged:  # (it has one: each run says its file changed)
+        return True
     return True
 
 
