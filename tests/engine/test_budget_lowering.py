@@ -69,7 +69,9 @@ def test_lowering_a_little_gives_the_buffer_back_layer_by_layer(monkeypatch):
     total, one = sum(store.sizes), max(store.sizes)
     peak, alive = _lowered(model, total - 1, monkeypatch)
     assert store.kept == 4 and not alive
-    assert 0 < peak <= 4 * one + one + (2 << 20) <= total - 1  # (2 MiB: the buffer's pages past its layers)
+    # (2 MiB: the buffer's pages past its layers; 1 MiB: what other threads of this process
+    # allocate meanwhile, which tracemalloc counts too)
+    assert 0 < peak <= 4 * one + one + (3 << 20) <= total - 1
     np.testing.assert_array_equal(model.run(TEXT).attentions, before)
 
 
