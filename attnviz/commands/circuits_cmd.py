@@ -19,7 +19,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.request import RunRequest
-from attnviz.figures.numbers import plain_signed
+from attnviz.figures.numbers import plain_signed, score_text
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
@@ -150,7 +150,7 @@ def print_composition(composition: dict) -> None:
         bad, total = C.undefined(composition[mode])
         missing |= bad > 0
         print(f"{mode}-composition, strongest: " + (", ".join(
-            f"{head_title(a, b)} -> {head_title(c, d)} {v:.3f}" for a, b, c, d, v in pairs)
+            f"{head_title(a, b)} -> {head_title(c, d)} {score_text(v)}" for a, b, c, d, v in pairs)
             or ("none (one layer: no head has an earlier head to read)" if not total else "none"))
               + (f" ({bad} of {total} pairs n/a)" if bad else ""))
     if missing:

@@ -89,7 +89,7 @@ def cmd_export(args) -> int:
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
                      colormap=colormap, scale_mode=args.scale or DEFAULT_SCALE,
                      hide_first=args.hide_first, checkpoint=checkpoint_record(model),
-                     value_weighted=args.value_weighted)
+                     value_weighted=args.value_weighted, layer_kinds=model.config.layer_kinds())
     if fmt in IMAGE_FORMATS:
         with offscreen():
             from attnviz.figures.write import export_view

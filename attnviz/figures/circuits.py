@@ -28,7 +28,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
-from attnviz.figures.numbers import signed
+from attnviz.figures.numbers import score_text, signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.text_wrap import wrap
 
@@ -100,14 +100,14 @@ class CircuitsView:
             out.append(f"{name}'s top partners among earlier heads (composition score, 0 to 1):")
             missing = False
             for mode in MODES:
-                items = [f"{head_title(l, h)} {s:.3f}" + (f" [{self.badges.get((l, h))}]"
-                                                          if self.badges.get((l, h)) else "")
+                items = [f"{head_title(l, h)} {score_text(s)}" + (f" [{self.badges.get((l, h))}]"
+                                                                    if self.badges.get((l, h)) else "")
                          for l, h, s in parts[mode]]
                 bad, total = undefined(self.composition[mode], self.focus)
                 missing |= bad > 0
                 out.append(f"  {MODE_NAMES[mode]}: " + (", ".join(items) or "none")
                            + (f" ({bad} of {plural(total, 'earlier head')} n/a)" if bad else ""))
-            if missing:  # (a score of 0 / 0 is no partner: not ranked, not shown as 0.000)
+            if missing:  # (a score of 0 / 0 is no partner: not ranked, not shown as <0.001)
                 out.append(f"  n/a: {ZERO_COMPOSITION}.")
         if self.ov is not None:
             out.append(self.ov_line())

@@ -51,7 +51,7 @@ class ExportError(AttnvizError):
 def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
               colormap: str = DEFAULT_COLORMAP, scale_mode: str = DEFAULT_SCALE,
               hide_first: bool = False, checkpoint: dict | None = None,
-              value_weighted: bool = False, ablation=None, badges=None) -> ExportView:
+              value_weighted: bool = False, ablation=None, badges=None, layer_kinds=None) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
     model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
     of}: engine.computing.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
@@ -59,7 +59,8 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
     the window's own: `value_weighted` needs a result run with values=True. `ablation` (an
     engine.analysing.effects.Ablation): what was switched off in the run `result` is of, recorded
     and named in the title and headers. `badges` ([n_layer][n_head]): the role badges the grid's
-    titles show, the figure's panels' titles too."""
+    titles show, the figure's panels' titles too; `layer_kinds` ([n_layer]: config.layer_kind)
+    each layer's kind, which they say as the grid's do (figures/titles.tile_marks)."""
     if result is None:
         raise ExportError(NOTHING_YET)
     att = result.attentions  # [n_layer, n_head, T, T]
@@ -96,7 +97,10 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         checkpoint=dict(checkpoint) if checkpoint else None, value_weighted=bool(value_weighted),
         ablation=ablation.to_json() if ablation is not None else None,
         changed=ablation.describe() if ablation is not None else "",
-        badges=tuple(tuple(str(b) for b in row) for row in badges or ()))
+        badges=tuple(tuple(str(b) for b in row) for row in badges or ()),
+        layer_kinds=tuple(str(k or "") for k in layer_kinds or ()),
+        head_shares=tuple(tuple(float(v) for v in row) for row in result.head_share)
+        if value_weighted and result.head_share is not None else ())
 
 
 def format_of(path: str | os.PathLike) -> str:

@@ -38,11 +38,26 @@ class ExportView:
     ablation: dict | None = None  # what was switched off in the run exported (Ablation.to_json); None: clean
     changed: str = ""  # the same in words ("zero-ablated L3 H1"): the title and the CSV header say it
     badges: tuple = ()  # [n_layer][n_head] the role badges the grid's titles show ("": none)
+    layer_kinds: tuple = ()  # [n_layer] each layer's kind as the grid's titles say it ("global"; "": none)
+    head_shares: tuple = ()  # [n_layer][n_head] value-weighted: each head's share of its layer's output
 
     def badge(self, layer: int, head: int) -> str:
         """A head's role badge as the grid's title shows it ("" where none)."""
         row = self.badges[layer] if 0 <= layer < len(self.badges) else ()
         return row[head] if 0 <= head < len(row) else ""
+
+    def kind(self, layer: int) -> str:
+        """A layer's kind as the grid's titles say it ("local (window 512)"; "" where none)."""
+        return self.layer_kinds[layer] if 0 <= layer < len(self.layer_kinds) else ""
+
+    def switched_off(self, layer: int, head: int) -> bool:
+        """Whether the run exported has the head switched off (the grid's titles: "· off")."""
+        return [layer, head] in (self.ablation or {}).get("heads", [])
+
+    def share(self, layer: int, head: int) -> float | None:
+        """A value-weighted head's share of its layer's summed head-output norms (the grid's
+        titles: "· 12% out"); None without value weighting."""
+        return self.head_shares[layer][head] if 0 <= layer < len(self.head_shares) else None
 
     def blank(self) -> np.ndarray:
         """[n_layers, n_heads, T] bool: the rows left with no weight once the first key is hidden

@@ -20,7 +20,7 @@ from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import MUTED, TEXT, figure_font
 from attnviz.figures.style import axis_label, no_value_word
 from attnviz.figures.text_wrap import wrap
-from attnviz.figures.titles import abbreviations, title_forms
+from attnviz.figures.titles import abbreviations, tile_marks, title_forms
 from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -80,8 +80,11 @@ def elide(text: str, font: QFont, width: float) -> str:
 
 
 def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
-    """A panel's title without its role badge: `L3 H1 · kv0  max 0.87`."""
-    title = head_title(layer, head)
+    """A panel's title without its role badge: the grid's (figures/titles.tile_marks: `L3 H1 ·
+    global  · off  · 12% out`), then what the picture says in place of the grid's KV-group labels
+    and hover: ` · kv0`, `  max 0.87` (per-head scale)."""
+    title = head_title(layer, head) + tile_marks(view.kind(layer), view.switched_off(layer, head),
+                                                 view.share(layer, head))
     if view.grouped:
         title += f" \u00b7 kv{view.kv_group[head]}"
     if with_max:

@@ -48,6 +48,14 @@ def plain_number(value: float) -> str:
     return _significant(v, 3) if math.isfinite(v) else minus_signs(f"{v:g}")
 
 
+def score_text(value: float, decimals: int = 3) -> str:
+    """A score from 0 to 1 (a composition score) to `decimals` places, and one that rounds to 0
+    there as `<0.001`, never `0.000`: computed in float32, a score of exactly 0 comes out a little
+    above it (the textbook model's 0 reads 1.1e-6), so neither 0 nor its digits would read right."""
+    text = f"{float(value):.{decimals}f}"
+    return f"<{10.0 ** -decimals:.{decimals}f}" if float(text) == 0 else text
+
+
 CROWD = 0.12  # of a bar's span: a round step this near an end is not written (the end is)
 NEAR = 0.005  # of a bar's span: an end is written at most this far from the value it stands for
 MAX_DECIMALS = 12  # a weight bar needing more in fixed point is written with exponents

@@ -2,7 +2,8 @@
 view's) and in the pictures exported of them: `L18 H6 · local  induction (probe)`, without the layer
 every title shares (`H6 · local  induction (probe)`), with its role badge abbreviated (`H6 · local
 ind (p)`: figures/roles.short_badge); the form a row takes (title_form), a title cut to a
-width (cut_title) and what short titles abbreviate (abbreviations)."""
+width (cut_title), what short titles abbreviate (abbreviations), and what a title says between the
+head's name and its badge (tile_marks), the one place the grid and its export both write it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from PySide6.QtGui import QFontMetricsF
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.roles import BADGE_SHORT, PROBE_NOTE, SHORT_PROBE_NOTE, short_badge
+
+
+def tile_marks(kind: str | None = None, off: bool = False, share: float | None = None) -> str:
+    """What a head's title says between its name and its role badge, in the window's grid and the
+    picture exported of it alike: its layer's kind (` · local (window 512)`), `  · off` where it
+    is switched off, and with value weighting its share of the layer's summed head-output norms
+    (`  · 12% out`)."""
+    return ((f" \u00b7 {kind}" if kind else "") + ("  \u00b7 off" if off else "")
+            + (f"  \u00b7 {100 * float(share):.0f}% out" if share is not None else ""))
 
 
 def title_forms(layer: int, head: int, badge: str = "", marks: str = "", side: str = "") -> tuple[str, str, str]:

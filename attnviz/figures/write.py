@@ -87,11 +87,11 @@ def export_result(result, path: str | os.PathLike, *, model: str, scope: str, la
                   scale_mode: str = "shared", hide_first: bool = False,
                   fmt: str | None = None, checkpoint: dict | None = None,
                   value_weighted: bool = False, ablation=None,
-                  model_path: str | None = None, badges=None) -> list[Path]:
+                  model_path: str | None = None, badges=None, layer_kinds=None) -> list[Path]:
     """make_view + export_view in one call (what the CLI and the dialog use)."""
     fmt = fmt or format_of(path)
     view = make_view(result, model=model, scope=scope, layer=layer, head=head,
                      colormap=colormap, scale_mode=scale_mode, hide_first=hide_first,
                      checkpoint=checkpoint, value_weighted=value_weighted, ablation=ablation,
-                     badges=badges)
+                     badges=badges, layer_kinds=layer_kinds)
     return export_view(view, path, fmt=fmt, width=width, model_path=model_path)

@@ -475,7 +475,8 @@ class ExportDialog(QDialog):
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
                     hide_first=self.hide_first.isChecked(), fmt=fmt,
                     checkpoint=checkpoint_record(st.model), value_weighted=weighted,
-                    ablation=changed_by(st), model_path=st.model_path, badges=st.head_labels)
+                    ablation=changed_by(st), model_path=st.model_path, badges=st.head_labels,
+                    layer_kinds=st.model.config.layer_kinds() if st.model is not None else None)
         except (AttnvizError, OSError) as exc:
             message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)

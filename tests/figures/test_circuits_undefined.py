@@ -61,13 +61,31 @@ def test_a_composition_of_0_over_0_is_no_partner_and_is_said(qapp):
     lines = view.lines()
     assert lines[2:] == [
         "  Q-composition (reads them in its queries): L0 H1 0.250 (1 of 2 earlier heads n/a)",
-        "  K-composition (reads them in its keys): L0 H0 0.000, L0 H1 0.000",
+        "  K-composition (reads them in its keys): L0 H0 <0.001, L0 H1 <0.001",
         "  V-composition (reads them in its values): none (2 of 2 earlier heads n/a)",
         f"  n/a: {C.ZERO_COMPOSITION}."]
     svg = fig.svg_bytes(view, 800)[0]
     painted = " ".join(e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text)
     assert f"n/a: {C.ZERO_COMPOSITION}." in " ".join(painted.split())  # (wrapped, not cut short)
+    assert "L0 H0 <0.001, L0 H1 <0.001" in painted
     doc = json.loads(fig.number_bytes(view, "json"))
     assert doc["composition"]["q"][0][0][1] == [None, 0.0] and doc["partners"]["v"] == []
     assert doc["no_composition"] == f"null: {C.ZERO_COMPOSITION}"
     assert "no_composition" not in json.loads(fig.number_bytes(_view(None), "json"))
+
+
+def test_a_small_composition_score_never_reads_as_exactly_0(qapp):
+    """A partner's score is written to 3 decimals, and one that rounds to 0 there as <0.001 (float32
+    makes an exact 0 a little more: the textbook's 1.1e-6): never 0.000, in the tab's lines and the
+    painted figure alike."""
+    import xml.etree.ElementTree as ET
+
+    comp = {m: np.zeros((2, 2, 2, 2)) for m in C.MODES}
+    comp["q"][0, :, 1, 0] = [0.0123, 1.13e-6]
+    comp["k"][0, :, 1, 0] = [0.0004, 0.0006]
+    view = fig.CircuitsView("m", COPYING, "", comp, None, (1, 0), {}, None, False)
+    assert view.lines()[2:4] == ["  Q-composition (reads them in its queries): L0 H0 0.012, L0 H1 <0.001",
+                                 "  K-composition (reads them in its keys): L0 H1 0.001, L0 H0 <0.001"]
+    svg = fig.svg_bytes(view, 800)[0]
+    painted = " ".join(e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text)
+    assert "L0 H0 0.012, L0 H1 <0.001" in painted and "0.000" not in painted

@@ -147,7 +147,8 @@ def test_a_model_whose_ov_circuits_are_zero_is_told_why_it_has_no_copying_map(qt
 def test_a_composition_of_0_over_0_is_no_partner_in_the_tab(qtbot, tmp_path):
     """The textbook decoder's L1 H0: of its earlier heads only L0 H0 writes (W_V W_O not zero), and
     L1 H0 reads nothing through its values, so its partners list L0 H0 alone for Q and K, none for
-    V, each counting the rest n/a, with the reason under them (not 0.000 for every pair)."""
+    V, each counting the rest n/a, with the reason under them (not 0.000 for every pair); Q's
+    score, exactly 0 but 1.1e-6 in float32, reads <0.001, not 0.000."""
     from windows import TEXTBOOK
 
     w = open_window(qtbot, tmp_path / "t.ini", model=TEXTBOOK, panels=("why",))
@@ -160,7 +161,7 @@ def test_a_composition_of_0_over_0_is_no_partner_in_the_tab(qtbot, tmp_path):
     assert label.isVisible()
     lines = [re.sub(r" \[[^\]]*\]", "", line) for line in label.text().splitlines()[1:]]  # (role badges: once scored)
     assert lines == [
-        "  Q-composition (reads them in its queries): L0 H0 0.000 (2 of 3 earlier heads n/a)",
+        "  Q-composition (reads them in its queries): L0 H0 <0.001 (2 of 3 earlier heads n/a)",
         "  K-composition (reads them in its keys): L0 H0 0.109 (2 of 3 earlier heads n/a)",
         "  V-composition (reads them in its values): none (3 of 3 earlier heads n/a)",
         f"  n/a: {C.ZERO_COMPOSITION}."]

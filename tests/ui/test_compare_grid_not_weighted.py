@@ -4,7 +4,11 @@ them is shown, and neither the colour bar's title nor a head's title reads as va
 In A the grid is value-weighted and the line is gone. (B and A − B silently showed raw weights
 beside a ticked Value-weighted.)"""
 
+import json
+
 import pytest
+from PySide6.QtCore import QPoint
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QLabel
 
 from attnviz.ui.views.grid_compare import NOT_WEIGHTED
@@ -52,10 +56,12 @@ def test_b_and_a_minus_b_say_they_are_not_value_weighted(compared, qtbot):
     qtbot.waitUntil(lambda: _note(g) is None, timeout=WAIT)
 
 
-def test_the_compare_panels_tiles_say_they_are_not_value_weighted(compared, qtbot):
+def test_the_compare_panels_tiles_say_they_are_not_value_weighted(compared, qtbot, tmp_path):
     """The panel's A | B | A − B tiles (and the focused head's) show the weights as they are, A's
     too: with Value-weighted ticked a line under them says so, as their A then differs from the
-    grid's value-weighted A; unticked, no such line. (The panel said nothing.)"""
+    grid's value-weighted A; unticked, no such line. (The panel said nothing.) An export says it
+    too: the picture holds the line as painted, the numbers (.json, the sidecar) hold it as
+    compare.tiles_note with value_weighted true. (The numbers did not say it.)"""
     from attnviz.ui.views.grid_compare import TILES_NOT_WEIGHTED
 
     w = compared
@@ -67,7 +73,25 @@ def test_the_compare_panels_tiles_say_they_are_not_value_weighted(compared, qtbo
         return [lab.text() for lab in panel.findChildren(QLabel) if in_sight(lab) and "value-weighted" in lab.text()]
     drain_events()
     assert said() == []
+    assert "tiles_note" not in _exported(panel, tmp_path)["compare"]
     st.set_value_weighted(True)
     qtbot.waitUntil(lambda: said() == [TILES_NOT_WEIGHTED], timeout=WAIT)
+    doc = _exported(panel, tmp_path)
+    assert doc["compare"]["tiles_note"] == TILES_NOT_WEIGHTED and doc["value_weighted"] is True
+    drain_events()  # (the panel lays the line out once the event loop runs)
+    label = next(lab for lab in panel.findChildren(QLabel) if lab.text() == TILES_NOT_WEIGHTED)
+    panel.export(tmp_path / "compare.png")
+    image, dpr = QImage(str(tmp_path / "compare.png")), panel.devicePixelRatio()
+    origin = label.mapTo(panel, QPoint(0, 0))
+    shown = label.grab().toImage().convertToFormat(image.format())
+    assert image.copy(int(origin.x() * dpr), int(origin.y() * dpr), shown.width(), shown.height()) == shown
     st.set_value_weighted(False)
     qtbot.waitUntil(lambda: said() == [], timeout=WAIT)
+    doc = _exported(panel, tmp_path)
+    assert "tiles_note" not in doc["compare"] and doc["value_weighted"] is False
+
+
+def _exported(panel, tmp_path) -> dict:
+    """The Compare panel's numbers as its export writes them (.json)."""
+    panel.export(tmp_path / "compare.json")
+    return json.loads((tmp_path / "compare.json").read_text())

@@ -227,6 +227,42 @@ def test_the_scatters_title_keys_its_layer_colours(window, qtbot, scan_dir):
            f"<span style='color: {last}'>\u25cf</span> L5)" in title, title
 
 
+def test_the_scatters_layer_colours_follow_the_windows_colormap(window, qtbot, scan_dir):
+    """The scatter's colour is the layer, first to last through the window's colormap as the map
+    beside it reads 0 to its top: a change of colormap repaints its points and the title's key in
+    the new one. (It stayed viridis whatever the window showed.)"""
+    from attnviz.figures.style import colormap_colors
+    from windows import rgb
+
+    panel, scan = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    sc = panel.scatter_w
+    for name in ("magma", "turbo", "viridis"):
+        window.state.set_colormap(name)
+        drain_events()
+        want = colormap_colors(name, scan.n_layer)
+        image = sc.grab().toImage()
+        for layer in (0, scan.n_layer - 1):
+            at = _point_on_top(panel, layer)
+            assert rgb(image.pixelColor(at.x(), at.y())) == tuple(int(c) for c in want[layer]), (name, layer)
+            key = "#" + "".join(f"{int(c):02x}" for c in want[layer])
+            assert f"<span style='color: {key}'>\u25cf</span> L{layer}" in sc.plot.titleLabel.text, name
+
+
+def _point_on_top(panel, layer: int):
+    """The pixel at the centre of a point of `layer` that no point drawn after it covers (points
+    are drawn in layer then head order; one is 11 pixels across)."""
+    sc, scan = panel.scatter_w, panel.scan
+    vb = sc.plot.getViewBox()
+    spots = [sc.mapFromScene(vb.mapViewToScene(panel.point_position(l, h)))
+             for l in range(scan.n_layer) for h in range(scan.n_head)]
+    for i in range(layer * scan.n_head, (layer + 1) * scan.n_head):
+        if all((spots[i] - p).manhattanLength() > 16 for p in spots[i + 1:]):
+            return spots[i]
+    raise AssertionError(f"every point of layer {layer} is under another")
+
+
 def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan_dir):
     """The line over a head's examples is longer than a 1024 px window's dock: it wraps, and the
     window keeps its width (picking a head does not widen it past the screen)."""

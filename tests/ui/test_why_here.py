@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor
 from attnviz.engine.analysing import circuits as C
 from attnviz.engine.analysing.qk import qk_attribution, qk_trace
 from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.numbers import score_text
 from attnviz.ui.views.grid_items import HIGHLIGHT
 from windows import WAIT, open_window, wait_for_text
 from attnviz.engine.computing.request import RunRequest
@@ -259,7 +260,7 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     assert f"rank {rank} of {L * H} heads (1: the highest)" in panel.partners.text()
     best = ref.composition["k"][:L - 1, :, L - 1, 0]
     l1, h1 = np.unravel_index(int(np.argmax(best)), best.shape)
-    assert f"{head_title(int(l1), int(h1))} {best[l1, h1]:.3f}" in panel.partners.text()
+    assert f"{head_title(int(l1), int(h1))} {score_text(best[l1, h1])}" in panel.partners.text()
     # the map is painted: each head's cell in its colour
     view = panel.map_view
     qtbot.waitUntil(lambda: view.map is not None and view.width() > 50, timeout=WAIT)

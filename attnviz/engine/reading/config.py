@@ -161,6 +161,10 @@ class ModelConfig:
             return None
         return f"local (window {self.sliding_window:,})" if self.is_local(i) else "global"
 
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Each layer's layer_kind, "" for none."""
+        return tuple(self.layer_kind(i) or "" for i in range(self.n_layer))
+
 
 WHAT = {  # what each size counts, for messages
     "n_layer": "layers, n_layer",

@@ -62,12 +62,15 @@ def export(panel, path) -> list[Path]:
 
 def sidecar(panel, path) -> dict:
     """An attnviz view file (File > Open view restores the text, the layer, the focused head
-    and Compare with the same B) with the comparison's identities and numbers under "compare"."""
+    and Compare with the same B) with the comparison's identities and numbers under "compare";
+    with Value-weighted on, under "tiles_note" the line the panel shows under its tiles (never
+    value-weighted)."""
     import attnviz
     from attnviz.engine.analysing.compare import identity
     from attnviz.engine.computing.checkpoints import checkpoint_record
     from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION, with_model_path
     from attnviz.ui.machinery.compare_jobs import side_name
+    from attnviz.ui.views.grid_compare import TILES_NOT_WEIGHTED
 
     c, st, j = panel.jobs.comparison, panel.state, panel.jobs
     focus = st.focus
@@ -78,8 +81,9 @@ def sidecar(panel, path) -> dict:
            "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
            "head": focus[1] if focus is not None and focus[0] == st.layer else None,
            "scope": "layer", "colormap": st.colormap, "scale_mode": st.scale_mode,
-           "hide_first": st.hide_first,
+           "hide_first": st.hide_first, "value_weighted": st.value_weighted,
            "compare": {"b_source": j.source.to_json(), "mode": j.mode,
                        "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, side_name(st.model), checkpoint=ck),
-                       "b": j.identity, **c.doc, "induction": j.induction}}
+                       "b": j.identity, **c.doc, "induction": j.induction,
+                       **({"tiles_note": TILES_NOT_WEIGHTED} if st.value_weighted else {})}}
     return with_model_path(doc, st.model_path)

@@ -116,7 +116,7 @@ class CorpusPanel(QWidget):
 
     def _build_scatter(self) -> QWidget:
         """The heads by behaviour, with the line that names what it leaves out under it."""
-        self.scatter_w = ScanScatter()
+        self.scatter_w = ScanScatter(self.state.colormap)
         self.scatter_note = _note_label()  # what the scatter leaves out (a third title line overflowed)
         return _with_note(self.scatter_w, self.scatter_note)
 
@@ -274,9 +274,11 @@ class CorpusPanel(QWidget):
         self.heat_note.setVisible(bool(missing))
         self.heat_w.mark_head(self.head)
 
-    def _on_display(self) -> None:  # the window's colormap, the map's too
+    def _on_display(self) -> None:  # the window's colormap, the map's and the scatter's too
         if self.heat_w.set_colormap(self.state.colormap):
             self._draw_heat()  # (its line names the colormap's no-value colour)
+        if self.scatter_w.set_colormap(self.state.colormap) and self.scan is not None:
+            self._draw_scatter()
 
     def cell_center(self, layer: int, head: int) -> QPointF:
         """A head's cell centre in the heatmap's view coordinates (x: head, y: layer)."""

@@ -137,12 +137,14 @@ class ScanMap(pg.GraphicsLayoutWidget):
 
 
 class ScanScatter(pg.GraphicsLayoutWidget):
-    """The heads as points placed by behaviour, coloured by layer; a point's tooltip reads its
+    """The heads as points placed by behaviour, coloured by layer through the window's colormap
+    (set_colormap), first layer to last as the map's 0 to its top; a point's tooltip reads its
     head's statistics."""
 
-    def __init__(self):
+    def __init__(self, colormap: str = DEFAULT_COLORMAP):
         super().__init__()
         self.scan: ScanView | None = None  # of the points drawn
+        self.colormap = colormap
         self.setBackground(BACKGROUND)
         self.plot = self.addPlot(title=SCATTER_TITLE)
         self.titles = [SCATTER_TITLE]  # the title, longest first, as the scatter's width allows (fit_title)
@@ -158,6 +160,11 @@ class ScanScatter(pg.GraphicsLayoutWidget):
         self.setMinimumHeight(160)
         self.plot.getViewBox().sigResized.connect(self.fit_title)
 
+    def set_colormap(self, name: str) -> bool:
+        """Colour the layers through colormap `name` from the next draw on. -> whether it changed."""
+        changed, self.colormap = name != self.colormap, name
+        return changed
+
     def draw(self, s: ScanView) -> str:
         """Place the scan's heads -> what the scatter leaves out ("" where nothing)."""
         self.scan = s
@@ -172,7 +179,7 @@ class ScanScatter(pg.GraphicsLayoutWidget):
             self.fit_title()
             return scatter_note(s)
         n = s.n_layer * s.n_head
-        colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
+        colors = colormap_colors(self.colormap, max(s.n_layer, 2))
         spots = []
         for i in range(n):
             if not np.isfinite(s.coords[i]).all():  # a statistic with no value: not placed at 0

@@ -25,7 +25,7 @@ from attnviz.figures.style import (
     signed_positions, signed_table,
 )
 from attnviz.figures.roles import SHORT_PROBE_NOTE
-from attnviz.figures.titles import title_form, title_forms
+from attnviz.figures.titles import tile_marks, title_form, title_forms
 from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_fit import PAD, fitted, view_size
 from attnviz.ui.views.grid_marks import draw_crosses, draw_focus, draw_query, draw_window, mark_items
@@ -224,11 +224,8 @@ class HeatmapGrid(QWidget):
         for i, (l, h) in enumerate(lo.heads):  # (B, A − B: clean runs, none of A's run's marks)
             badge = "" if text_badges_stale or side else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
-            marks = f" · {kind}" if kind else ""
-            if not side and (l, h) in self.state.effects.ablation.heads:
-                marks += "  · off"
-            if not side and share is not None and l < len(share):
-                marks += f"  · {100 * share[l][h]:.0f}% out"
+            marks = tile_marks(kind, not side and (l, h) in self.state.effects.ablation.heads,
+                               share[l][h] if not side and share is not None and l < len(share) else None)
             # (the badge last: a cut title loses it before the marks; the short forms lack the layer
             # and side every title shares, named by the layer selector and the Grid shows buttons)
             self._titles[i].setText(*title_forms(l, h, badge, marks, side), keep=SHORT_PROBE_NOTE)

@@ -15,7 +15,7 @@ from attnviz.figures.overview import shown_index, to_tokens, token_at, window_se
 from attnviz.figures.painted import device_pixel, drawn_index
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
-from attnviz.figures.titles import cut_title, title_form, title_forms
+from attnviz.figures.titles import cut_title, tile_marks, title_form, title_forms
 from attnviz.ui.views.mosaic import UNDEFINED
 from attnviz.ui.views.painted import window_origin
 
@@ -366,7 +366,7 @@ class HeadTiles(_PatternArea):
         """(each head's role badge, what the titles say of the layer: " · local"), as the tiles'
         titles (forms) and the exported picture's say them."""
         kind = self._kind(layer)
-        return tuple(self.state.badge(layer, h) for h in range(self.n_head())), f" · {kind}" if kind else ""
+        return tuple(self.state.badge(layer, h) for h in range(self.n_head())), tile_marks(kind)
 
     def forms(self, layer: int) -> list[tuple[str, ...]]:
         """Each tile's title and its shorter forms as the grid's tiles write them
