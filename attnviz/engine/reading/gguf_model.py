@@ -330,8 +330,11 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     kind = typed("tokenizer.ggml.model", lambda v: isinstance(v, str), "a string such as 'gpt2'")
     pre = typed("tokenizer.ggml.pre", lambda v: isinstance(v, str), "a string such as 'llama-bpe'",
                 "gpt2")
+    if kind is None:
+        return None, ("this GGUF holds no tokenizer (it sets no tokenizer.ggml.model): type token ids "
+                      "instead, e.g. 5, 17, 3")
     if kind not in ("gpt2", "llama"):
-        return None, (f"this GGUF's tokenizer ({kind or 'none'}) is not supported yet (byte-level BPE "
+        return None, (f"this GGUF's tokenizer ({kind}) is not supported yet (byte-level BPE "
                       "and SentencePiece only): type token ids instead, e.g. 5, 17, 3")
     if kind == "gpt2" and pre not in vocab.PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
