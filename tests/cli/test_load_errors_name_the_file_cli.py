@@ -2,10 +2,93 @@
 and says what to do: a config.json or GGUF header that counts more layers than the weights hold,
 a vocabulary that is not the token embedding's, a tensor of another shape."""
 
+import json
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
 from gguf_files import gguf_tensors, write_gguf
 from tiny import tiny_text_model
 
 TEXT = "the cat sat"
+
+
+def _edit_config(folder, **values):
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(values)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def _edit_tensors(folder, edit):
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    save_file(edit(tensors), str(path))
+
+
+def test_a_config_with_more_layers_than_its_weights_names_both_and_the_count(tmp_path, cli):
+    folder = tiny_text_model(tmp_path / "four")
+    _edit_config(folder, num_hidden_layers=4)  # the weights hold layers 0 and 1
+    rc, _, err = cli("heads", "--model", str(folder), "--text", TEXT)
+    assert rc == 2
+    assert (f"{folder / 'config.json'} sets num_hidden_layers to 4, but model.safetensors holds only "
+            "layers 0..1: set num_hidden_layers to 2 if the model has 2 layers, or add the missing "
+            "layers' weights") in err, err
+
+
+def test_weights_missing_their_last_layer_are_counted_not_named_by_a_tensor(tmp_path, cli):
+    folder = tiny_text_model(tmp_path / "cut")
+    _edit_tensors(folder, lambda t: {k: v for k, v in t.items() if ".layers.1." not in k})
+    rc, _, err = cli("attention", "--model", str(folder), "--text", TEXT, "--out", str(tmp_path / "a.npz"))
+    assert rc == 2
+    assert (f"{folder / 'config.json'} sets num_hidden_layers to 2, but model.safetensors holds only "
+            "layer 0: set num_hidden_layers to 1 if the model has 1 layer") in err, err
+
+
+def test_a_layer_missing_one_tensor_names_the_file_that_lacks_it(tmp_path, cli):
+    folder = tiny_text_model(tmp_path / "holed")
+    gone = "model.layers.1.self_attn.k_proj.weight"
+    _edit_tensors(folder, lambda t: {k: v for k, v in t.items() if k != gone})
+    rc, _, err = cli("heads", "--model", str(folder), "--text", TEXT)
+    assert rc == 2 and f"model.safetensors has no tensor '{gone}'" in err, err
+    assert "checkpoint has no tensor" not in err
+
+
+def test_a_gguf_whose_block_count_is_over_its_layers_is_named(tmp_path, cli):
+    cfg, tensors = gguf_tensors(tiny_text_model(tmp_path / "m"))
+    path = write_gguf(tmp_path / "five.gguf", dict(cfg, num_hidden_layers=5), tensors)
+    rc, _, err = cli("attention", "--model", str(path), "--ids", "1,2,3", "--out", str(tmp_path / "a.npz"))
+    assert rc == 2
+    assert ("five.gguf sets llama.block_count to 5, but it holds only layers 0..1: the file is "
+            "incomplete or was written wrong; download or convert it again") in err, err
+
+
+def test_a_vocab_size_that_is_not_the_embeddings_names_the_config_and_the_rows(tmp_path, cli):
+    folder = tiny_text_model(tmp_path / "vocab")  # 259 tokens, 259 embedding rows
+    _edit_config(folder, vocab_size=300)
+    rc, _, err = cli("predict", "--model", str(folder), "--text", TEXT)
+    assert rc == 2
+    assert (f"{folder / 'config.json'} sets vocab_size to 300, but the token embedding "
+            "model.embed_tokens.weight in model.safetensors has 259 rows: set vocab_size to 259 if "
+            "these weights are the model's") in err, err
+
+
+def test_a_gguf_vocab_size_that_is_not_the_embeddings_names_the_file(tmp_path, cli):
+    cfg, tensors = gguf_tensors(tiny_text_model(tmp_path / "m"))
+    path = write_gguf(tmp_path / "vocab.gguf", dict(cfg, vocab_size=400), tensors)
+    rc, _, err = cli("heads", "--model", str(path), "--text", "1, 2, 3")
+    assert rc == 2
+    assert ("vocab.gguf sets llama.vocab_size to 400, but its token embedding token_embd.weight has "
+            "259 rows") in err, err
+
+
+def test_a_tensor_of_another_shape_names_its_file_and_the_config(tmp_path, cli):
+    folder = tiny_text_model(tmp_path / "shape")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    _edit_tensors(folder, lambda t: {**t, name: np.ascontiguousarray(t[name][:, :16])})
+    rc, _, err = cli("heads", "--model", str(folder), "--text", TEXT)
+    assert rc == 2
+    assert (f"tensor {name} in model.safetensors has shape [32, 16], but {folder / 'config.json'} "
+            "implies [32, 32]: give the config.json these weights were saved with") in err, err
 
 
 def test_text_given_to_a_gguf_without_a_tokenizer_says_the_file_has_none(tmp_path, cli):

@@ -206,7 +206,7 @@ def test_unsupported_tensor_type_is_named(tmp_path, good_gguf):
     tensors = dict(tensors)
     tensors["blk.0.attn_q.weight"] = tensors["blk.0.attn_q.weight"].astype(np.int32)
     path = write_gguf(tmp_path / "int.gguf", cfg, tensors)
-    with pytest.raises(ModelLoadError, match="attn_q.weight is stored as I32"):
+    with pytest.raises(ModelLoadError, match="attn_q.weight in int.gguf is stored as I32"):
         load_model(path)
 
 

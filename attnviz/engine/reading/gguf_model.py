@@ -34,8 +34,8 @@ from attnviz.engine.reading.budget import LayerStore, float32_array
 from attnviz.engine.reading.memory_budget import grams_bytes, resolve_budget
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.reading.gguf_file import (
-    PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,
-    string_bytes,
+    PERMUTED_QK, metadata, source_name, architecture, check_counts, gguf_config, gguf_display_name,
+    open_gguf, string_bytes,
 )
 from attnviz.engine.reading.gguf_tensors import (
     GGUFTensors, unpermute_qk, unpermuted_rows,
@@ -474,6 +474,7 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     arch = architecture(reader)
     cfg = gguf_config(reader)
     ts = GGUFTensors(reader, path)
+    check_counts(reader, arch, cfg, ts)
     weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager=False)  # no layer read
     if packing is not None:
         packing(weights.packed_types)
