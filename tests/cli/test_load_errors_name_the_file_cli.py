@@ -98,3 +98,28 @@ def test_text_given_to_a_gguf_without_a_tokenizer_says_the_file_has_none(tmp_pat
     assert rc == 2
     assert "this GGUF holds no tokenizer (it sets no tokenizer.ggml.model): type token ids" in err, err
     assert "tokenizer.json" not in err
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path, cli):
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    rc, _, err = cli("heads", "--model", str(empty), "--text", TEXT)
+    assert rc == 2 and "empty.gguf is empty (0 bytes), not a GGUF model; download or convert it again" in err, err
+    rc, _, err = cli("calc", "--config", str(empty))
+    assert rc == 2 and "empty.gguf is empty (0 bytes)" in err and "JSON" not in err, err
+    folder = tiny_text_model(tmp_path / "m")
+    (folder / "model.safetensors").write_bytes(b"")
+    rc, _, err = cli("heads", "--model", str(folder), "--text", TEXT)
+    assert rc == 2 and "model.safetensors is empty (0 bytes), not safetensors weights" in err, err
+    (folder / "config.json").write_text("")
+    rc, _, err = cli("heads", "--model", str(folder), "--text", TEXT)
+    assert rc == 2 and f"{folder / 'config.json'} is empty, expected a JSON object {{...}}" in err, err
+
+
+def test_a_gguf_of_an_architecture_attnviz_cannot_open_names_the_file(tmp_path, cli):
+    cfg, tensors = gguf_tensors(tiny_text_model(tmp_path / "m"))
+    path = write_gguf(tmp_path / "other.gguf", cfg, tensors, arch="mamba")
+    rc, _, err = cli("heads", "--model", str(path), "--text", TEXT)
+    assert rc == 2
+    assert "other.gguf holds a 'mamba' model (general.architecture), which attnviz cannot open yet (it " \
+           "opens gemma3, llama" in err, err

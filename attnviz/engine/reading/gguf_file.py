@@ -254,6 +254,8 @@ def open_gguf(path: Path) -> GGUFReader:
             magic = fh.read(4)
     except OSError as exc:
         raise cannot_read(path, exc) from exc
+    if not magic:
+        raise ModelLoadError(f"{path.name} is empty (0 bytes), not a GGUF model; download or convert it again")
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path.name} is not a GGUF file (it does not start with 'GGUF')")
     try:
@@ -271,7 +273,7 @@ def metadata(reader: GGUFReader, key: str, default: Any = None) -> Any:
     try:
         return field.contents()
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"GGUF metadata {key} cannot be read: {exc}") from exc
+        raise ModelLoadError(f"{source_name(reader)}: GGUF metadata {key} cannot be read ({exc})") from exc
 
 
 def source_name(reader: GGUFReader) -> str:
@@ -284,10 +286,12 @@ def architecture(reader: GGUFReader) -> str:
     if arch is not None and not isinstance(arch, str):
         raise refusal(source_name(reader), "general.architecture", show(arch), "a string such as 'llama'")
     if not isinstance(arch, str):
-        raise ModelLoadError("GGUF metadata has no general.architecture")
+        raise refusal(source_name(reader), "general.architecture", None, "the model's architecture, "
+                      "such as 'llama'")
     if arch not in ARCHITECTURES:
         known = ", ".join(sorted(ARCHITECTURES))
-        raise ModelLoadError(f"GGUF architecture {arch!r} is not supported (supported: {known})")
+        raise ModelLoadError(f"{source_name(reader)} holds a {arch!r} model (general.architecture), which "
+                             f"attnviz cannot open yet (it opens {known})")
     return arch
 
 

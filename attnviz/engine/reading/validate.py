@@ -105,6 +105,8 @@ def read_text(path: Path, max_bytes: int = MAX_JSON_BYTES) -> str:
 
 def parse_json_object(text: str, path: Path) -> dict:
     """JSON text that must hold an object (a dict)."""
+    if not text.strip():
+        raise ModelLoadError(f"{path} is empty, expected a JSON object {{...}}")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -133,6 +133,9 @@ class TensorFile:
                 header_bytes = fh.read(n_header) if n_header is not None and n_header < 1 << 27 else b""
         except OSError as exc:
             raise cannot_read(path, exc) from exc
+        if not head:
+            raise ModelLoadError(f"{path.name} is empty (0 bytes), not safetensors weights; download "
+                                 "them again")
         try:
             with safe_open(str(path), framework="numpy") as handle:  # validates the whole layout
                 names = list(handle.keys())
