@@ -123,3 +123,13 @@ def test_a_gguf_of_an_architecture_attnviz_cannot_open_names_the_file(tmp_path, 
     assert rc == 2
     assert "other.gguf holds a 'mamba' model (general.architecture), which attnviz cannot open yet (it " \
            "opens gemma3, llama" in err, err
+
+
+def test_quantize_refuses_a_folder_whose_config_counts_more_layers_than_its_weights(tmp_path, cli):
+    folder = tiny_text_model(tmp_path / "four")
+    _edit_config(folder, num_hidden_layers=4)
+    out = tmp_path / "q.gguf"
+    rc, _, err = cli("quantize", "--model", str(folder), "--type", "Q8_0", "--out", str(out))
+    assert rc == 2 and not out.exists()
+    assert f"{folder / 'config.json'} sets num_hidden_layers to 4, but model.safetensors holds only " \
+           "layers 0..1" in err, err

@@ -23,7 +23,8 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.config import ModelConfig, config_from_dict
 from attnviz.engine.reading.gguf_tensors import REDO, GGUFTensors, tensor_table
 from attnviz.engine.reading.validate import (
-    cannot_read, check_vocab_rows, exists, file_kind, is_whole, refusal, regular_file, show, too_few_layers,
+    cannot_read, check_vocab_rows, exists, file_kind, is_whole, layers_held, refusal, regular_file, show,
+    too_few_layers,
 )
 
 GGUF_MAGIC = b"GGUF"
@@ -433,8 +434,8 @@ def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensor
     source = ts.path.name
     parts = (n.split(".") for n in ts.names())
     held = {int(p[1]) for p in parts if len(p) > 1 and p[0] == "blk" and p[1].isascii() and p[1].isdigit()}
-    first = min(set(range(cfg.n_layer + 1)) - held)
-    if first < cfg.n_layer and not held & set(range(first, cfg.n_layer)):
+    first = layers_held(held, cfg.n_layer)
+    if first is not None:
         raise too_few_layers(source, f"{arch}.block_count", cfg.n_layer, first, "it",
                              "the file is incomplete or was written wrong; download or convert it again")
     if "token_embd.weight" in ts and len(ts.shape("token_embd.weight")) == 2:

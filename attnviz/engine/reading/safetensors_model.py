@@ -36,14 +36,28 @@ def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...], cfg: Mode
     `probe`; the embedding's rows are checked against the vocabulary here, first."""
     for p in candidates:
         if p + probe in ckpt:
-            key = pick(cfg.raw, keys("vocab_size", cfg.model_type))[0]
-            rows = ckpt.shape(p + probe)[0] if ckpt.shape(p + probe) else 0
-            check_vocab_rows(rows, cfg.vocab_size, f"{ckpt.config} sets {key} to {cfg.vocab_size:,}",
-                             f"the token embedding {p + probe} in {held_by(ckpt.files)}",
-                             f"set {key} to {rows:,} if these weights are the model's, or {SAVED_WITH}")
+            check_vocab(cfg, ckpt, p + probe)
             return p
     raise ModelLoadError(f"{held_by(ckpt.files)} has no tensor {probe!r} (tried prefixes "
                          f"{list(candidates)}): is it a {cfg.model_type} model, as {ckpt.config} says?")
+
+
+def check_vocab(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> None:
+    """The token embedding `name` has one row per token config.json counts (writing a GGUF too)."""
+    key = pick(cfg.raw, keys("vocab_size", cfg.model_type))[0]
+    rows = ckpt.shape(name)[0] if ckpt.shape(name) else 0
+    check_vocab_rows(rows, cfg.vocab_size, f"{ckpt.config} sets {key} to {cfg.vocab_size:,}",
+                     f"the token embedding {name} in {held_by(ckpt.files)}",
+                     f"set {key} to {rows:,} if these weights are the model's, or {SAVED_WITH}")
+
+
+def too_few(cfg: ModelConfig, ckpt: Checkpoint, held: int) -> ModelLoadError:
+    """config.json counts more layers than the weights, which hold layers 0..held-1 (writing a
+    GGUF too)."""
+    key = pick(cfg.raw, keys("n_layer", cfg.model_type))[0]
+    return too_few_layers(ckpt.config, key, cfg.n_layer, held, held_by(ckpt.files),
+                          f"set {key} to {held:,} if the model has {held:,} "
+                          f"layer{'s' if held != 1 else ''}, or add the missing layers' weights")
 
 
 def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: int | None,
@@ -87,10 +101,7 @@ def _refuse_missing(cfg: ModelConfig, ckpt: Checkpoint, missing: dict[int, str],
     config.json counts more layers than the weights hold, and says so."""
     first = min(missing)
     if absent >= set(range(first, cfg.n_layer)):
-        key = pick(cfg.raw, keys("n_layer", cfg.model_type))[0]
-        raise too_few_layers(ckpt.config, key, cfg.n_layer, first, held_by(ckpt.files),
-                             f"set {key} to {first:,} if the model has {first:,} "
-                             f"layer{'s' if first != 1 else ''}, or add the missing layers' weights")
+        raise too_few(cfg, ckpt, first)
     raise ckpt.missing(missing[first])
 
 

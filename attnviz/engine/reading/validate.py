@@ -381,6 +381,14 @@ def check_vocab_rows(rows: int, vocab_size: int, claim: str, table: str, fix: st
         raise ModelLoadError(f"{claim}, but {table} has {rows:,} rows: {fix}")
 
 
+def layers_held(held: set[int], n_layer: int) -> int | None:
+    """Of a model's n_layer layers, the weights holding those in `held`: how many they hold where
+    they hold the first k and no later one (k < n_layer), else None (all, or a gap to name by the
+    first tensor missing)."""
+    first = min(set(range(n_layer + 1)) - held)
+    return first if first < n_layer and not held & set(range(first, n_layer)) else None
+
+
 def too_few_layers(source: str, key: str, n_layer: int, held: int, weights: str, fix: str
                    ) -> ModelLoadError:
     """`source` sets `key` (the layer count) to n_layer, but `weights` hold the tensors of only
