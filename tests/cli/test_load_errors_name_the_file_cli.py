@@ -3,12 +3,13 @@ and says what to do: a config.json or GGUF header that counts more layers than t
 a vocabulary that is not the token embedding's, a tensor of another shape."""
 
 import json
+import shutil
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from gguf_files import gguf_tensors, write_gguf
-from tiny import tiny_text_model
+from tiny import FIXTURES, tiny_text_model
 
 TEXT = "the cat sat"
 
@@ -133,3 +134,16 @@ def test_quantize_refuses_a_folder_whose_config_counts_more_layers_than_its_weig
     assert rc == 2 and not out.exists()
     assert f"{folder / 'config.json'} sets num_hidden_layers to 4, but model.safetensors holds only " \
            "layers 0..1" in err, err
+
+
+def test_a_multimodal_gemma3_config_is_named_by_its_nested_key(tmp_path, cli):
+    folder = tmp_path / "gemma3"
+    shutil.copytree(FIXTURES / "gemma3", folder)
+    text = json.loads((folder / "config.json").read_text())
+    text.pop("layer_types")
+    text["num_hidden_layers"] += 2
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    rc, _, err = cli("attention", "--model", str(folder), "--ids", "1,2,3", "--out", str(tmp_path / "a.npz"))
+    assert rc == 2
+    assert (f"{folder / 'config.json'} sets text_config.num_hidden_layers to 9, but model.safetensors "
+            "holds only layers 0..6: set text_config.num_hidden_layers to 7") in err, err

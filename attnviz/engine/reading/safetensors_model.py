@@ -25,7 +25,7 @@ from attnviz.engine.reading.layout import (
 )
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.hf_config import keys, pick
-from attnviz.engine.reading.validate import check_vocab_rows, exists, regular_file, too_few_layers
+from attnviz.engine.reading.validate import check_vocab_rows, exists, read_json_object, regular_file, too_few_layers
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, SAVED_WITH, Checkpoint, held_by, refuse_pickle
 
 log = logging.getLogger(__name__)
@@ -42,19 +42,29 @@ def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...], cfg: Mode
                          f"{list(candidates)}): is it a {cfg.model_type} model, as {ckpt.config} says?")
 
 
+def _key(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> str:
+    """The config.json key that set field `name` (Gemma 3's multimodal config nests its language
+    model's under text_config, which the config read leaves out)."""
+    key = pick(cfg.raw, keys(name, cfg.model_type))[0]
+    if cfg.family == "gemma3" and "text_config" in read_json_object(Path(ckpt.config)):
+        return f"text_config.{key}"
+    return key
+
+
 def check_vocab(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> None:
     """The token embedding `name` has one row per token config.json counts (writing a GGUF too)."""
-    key = pick(cfg.raw, keys("vocab_size", cfg.model_type))[0]
     rows = ckpt.shape(name)[0] if ckpt.shape(name) else 0
-    check_vocab_rows(rows, cfg.vocab_size, f"{ckpt.config} sets {key} to {cfg.vocab_size:,}",
-                     f"the token embedding {name} in {held_by(ckpt.files)}",
-                     f"set {key} to {rows:,} if these weights are the model's, or {SAVED_WITH}")
+    if rows != cfg.vocab_size:
+        key = _key(cfg, ckpt, "vocab_size")
+        check_vocab_rows(rows, cfg.vocab_size, f"{ckpt.config} sets {key} to {cfg.vocab_size:,}",
+                         f"the token embedding {name} in {held_by(ckpt.files)}",
+                         f"set {key} to {rows:,} if these weights are the model's, or {SAVED_WITH}")
 
 
 def too_few(cfg: ModelConfig, ckpt: Checkpoint, held: int) -> ModelLoadError:
     """config.json counts more layers than the weights, which hold layers 0..held-1 (writing a
     GGUF too)."""
-    key = pick(cfg.raw, keys("n_layer", cfg.model_type))[0]
+    key = _key(cfg, ckpt, "n_layer")
     return too_few_layers(ckpt.config, key, cfg.n_layer, held, held_by(ckpt.files),
                           f"set {key} to {held:,} if the model has {held:,} "
                           f"layer{'s' if held != 1 else ''}, or add the missing layers' weights")
