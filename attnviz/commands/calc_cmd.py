@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import replace
 
 from attnviz.engine.calc import (
@@ -11,6 +12,7 @@ from attnviz.engine.calc import (
     compare_cells, compare_note, per_token_header,
     exact_bytes, exact_count, format_bytes, format_count, latent_readers, plural, shown_variants, tokens, window_layers_text,
 )
+from attnviz.commands.checks import positive
 from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.from_config import CONFIG_FILES, UnreadableConfig
 from attnviz.engine.errors import CalcError
@@ -39,25 +41,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--preset", metavar="ID", help="a real model (see --list-presets)")
     src.add_argument("--config", metavar="PATH", help="a config.json, a model folder holding one, or a .gguf (its header)")
     p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
-    p.add_argument("--d-model", type=int, metavar="N", help="model width")
-    p.add_argument("--n-heads", "--n-head", type=int, metavar="N", help="query heads")
-    p.add_argument("--n-kv-heads", "--n-kv-head", type=int, metavar="N",
+    p.add_argument("--d-model", type=positive, metavar="N", help="model width")
+    p.add_argument("--n-heads", "--n-head", type=positive, metavar="N", help="query heads")
+    p.add_argument("--n-kv-heads", "--n-kv-head", type=positive, metavar="N",
                    help="key/value heads (default n-heads: MHA; 1: MQA; between: GQA)")
-    p.add_argument("--head-dim", "--d-head", type=int, metavar="N",
+    p.add_argument("--head-dim", "--d-head", type=positive, metavar="N",
                    help="width per head, d_head (default d-model / n-heads)")
-    p.add_argument("--n-layers", "--n-layer", type=int, metavar="N", help="layers")
-    p.add_argument("--d-ff", type=int, metavar="N", help="MLP hidden width (for the model total)")
-    p.add_argument("--vocab", type=int, metavar="N", help="vocabulary size (for the model total)")
-    p.add_argument("--max-positions", type=int, metavar="N", help="longest context of the model")
-    p.add_argument("--seq-len", type=int, metavar="N",
+    p.add_argument("--n-layers", "--n-layer", type=positive, metavar="N", help="layers")
+    p.add_argument("--d-ff", type=positive, metavar="N", help="MLP hidden width (for the model total)")
+    p.add_argument("--vocab", type=positive, metavar="N", help="vocabulary size (for the model total)")
+    p.add_argument("--max-positions", type=positive, metavar="N", help="longest context of the model")
+    p.add_argument("--seq-len", type=positive, metavar="N",
                    help=f"tokens in the cache (default: the model's max, else {DEFAULT_SEQ_LEN})")
-    p.add_argument("--batch", type=int, metavar="N", help="sequences (default 1)")
+    p.add_argument("--batch", type=positive, metavar="N", help="sequences (default 1)")
     p.add_argument("--kv-dtype", choices=list(KV_DTYPE_BITS), help="cache dtype (default fp16)")
-    p.add_argument("--sliding-window", type=int, metavar="N", help="tokens a windowed layer keeps")
+    p.add_argument("--sliding-window", type=positive, metavar="N", help="tokens a windowed layer keeps")
     p.add_argument("--sliding-window-layers", metavar="SPEC", type=window_layers_spec,
                    help="layers with the window: all (default), even, odd, or indices 0,2,4")
-    p.add_argument("--kv-lora-rank", type=int, metavar="N", help="MLA: compressed KV width")
-    p.add_argument("--qk-rope-head-dim", type=int, metavar="N", help="MLA: shared RoPE key width")
+    p.add_argument("--kv-lora-rank", type=positive, metavar="N", help="MLA: compressed KV width")
+    p.add_argument("--qk-rope-head-dim", type=positive, metavar="N", help="MLA: shared RoPE key width")
     p.add_argument("--arch", choices=list(ARCH_STYLES),
                    help="what the model total counts beyond attention (default llama: RMSNorm, "
                         "no biases, gated MLP)")
@@ -104,6 +106,26 @@ def inputs_from_args(args) -> tuple[CalcInputs, Preset | None]:
     return inputs, preset
 
 
+# a CalcInputs field -> the flag that sets it
+FLAG_OF = {field: f"--{flag.replace('_', '-')}" for flag, field in _FIELDS.items()} | {
+    "kv_lora_rank": "--kv-lora-rank", "qk_rope_head_dim": "--qk-rope-head-dim"}
+_FIELD_WORDS = re.compile(r"\b(" + "|".join(sorted(FLAG_OF, key=len, reverse=True)) + r")\b")
+
+
+def flag_words(message: str, args) -> str:
+    """A calculator message as the command line reads it: a value set by a flag is named by its
+    flag (--n-heads, not n_head), every value where no model was given (each is a flag or its
+    default); where a named value came from --config or --preset, the message says from where."""
+    source = args.config or (f"preset {args.preset}" if args.preset else None)
+    given = {field for flag, field in _FIELDS.items() if getattr(args, flag) is not None}
+    given |= {f for f in ("kv_lora_rank", "qk_rope_head_dim") if getattr(args, f) is not None}
+    message = _FIELD_WORDS.sub(lambda m: FLAG_OF[m[1]] if source is None or m[1] in given else m[1],
+                               message)
+    if source is not None and _FIELD_WORDS.search(message):
+        return f"{source}: {message}"
+    return message
+
+
 def window_layers_spec(text: str) -> str:
     """An argparse `type` for --sliding-window-layers: all, even, odd or indices "0,2,4"."""
     if text in ("all", "even", "odd"):
@@ -135,7 +157,10 @@ def cmd_calc(args) -> int:
             raise CalcError(f"--list-presets takes no other flags but --json (got {', '.join(others)})")
         return list_presets(args.json)
     inputs, preset = inputs_from_args(args)
-    result = calculate(inputs)
+    try:
+        result = calculate(inputs)
+    except CalcError as exc:
+        raise CalcError(flag_words(str(exc), args)) from exc
     if args.json:
         out = result.to_dict()
         if preset is not None:

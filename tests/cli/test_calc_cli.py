@@ -64,19 +64,59 @@ def test_cli_list_presets(capsys):
     assert [p["id"] for p in listed] == list(load_presets())
 
 
+def _status(argv):
+    """main's exit status, a usage error's (argparse exits) too."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 @pytest.mark.parametrize("argv, words", [
     (["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "5", "--n-layers", "32"],
-     ["n_kv_head (5)", "n_head (32)"]),
+     ["--n-kv-heads (5)", "--n-heads (32)"]),
     (["calc", "--preset", "llama-9"], ["'llama-9'", "llama-2-7b"]),
     (["calc", "--d-model", "4096"], ["--n-heads", "--n-layers"]),
-    (["calc", "--preset", "gpt2", "--seq-len", "0"], ["seq_len", "0"]),
+    (["calc", "--preset", "gpt2", "--seq-len", "0"], ["--seq-len", "0"]),
 ])
 def test_cli_errors_exit_2_with_message(capsys, argv, words):
-    assert main(argv) == 2
+    assert _status(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("attnviz calc: error:") and err.count("\n") == 1
     for word in words:
         assert word in err
+
+
+FREE = ["calc", "--d-model", "64", "--n-head", "4", "--n-layer", "2"]
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--n-head", "-4"], "argument --n-heads/--n-head: must be a positive integer, got -4"),
+    (["--n-kv-head", "0"], "argument --n-kv-heads/--n-kv-head: must be a positive integer, got 0"),
+    (["--d-head", "-3"], "argument --head-dim/--d-head: must be a positive integer, got -3"),
+    (["--sliding-window", "0"], "argument --sliding-window: must be a positive integer, got 0"),
+    (["--n-head", "5"], "--n-heads (5) does not divide --d-model (64): --d-model / --n-heads = 12.8; "
+                        "give --head-dim explicitly or change --n-heads"),
+    (["--n-kv-head", "3"], "--n-kv-heads (3) does not divide --n-heads (4): every KV head must serve "
+                           "the same number of query heads, so --n-kv-heads must be one of 1, 2 or 4"),
+    (["--n-kv-head", "8"], "--n-kv-heads (8) does not divide --n-heads (4)"),
+    (["--sliding-window", "8", "--sliding-window-layers", "7"],
+     "--sliding-window-layers names layer 7, but the model has 2 layers (0..1)"),
+])
+def test_a_bad_flag_is_named_by_its_flag_with_its_value_and_what_it_may_be(capsys, extra, said):
+    assert _status([*FREE, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnviz calc: error:") and said in err, err
+    assert not any(f" {field} " in err for field in ("n_head", "n_kv_head", "d_model", "d_head")), err
+
+
+def test_a_bad_value_from_a_config_names_the_config(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 5,
+                                  "num_hidden_layers": 2}))
+    assert main(["calc", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: n_head (5) does not divide d_model (32)" in err, err
 
 
 def test_cli_as_a_process():

@@ -48,11 +48,12 @@ def test_a_single_file_without_its_final_norm_is_said_to_lack_it(tmp_path):
 
 @pytest.mark.parametrize("name, value, why", [
     ("model.norm.weight", np.ones(63, np.float32),
-     "its final norm model.norm.weight has shape [63], but config.json implies [64]"),
+     "its final norm model.norm.weight in model.safetensors has shape [63], but {config} implies [64]"),
     ("model.norm.weight", np.ones(64, np.int32),
      "its final norm model.norm.weight in model.safetensors is stored as I32, but it must be a float type"),
     ("lm_head.weight", np.ones((7, 64), np.float32),
-     "its unembedding lm_head.weight has shape [7, 64], but config.json implies [48, 64]"),
+     "its unembedding lm_head.weight in model.safetensors has shape [7, 64], but {config} implies "
+     "[48, 64]"),
 ])
 def test_a_tensor_held_at_the_wrong_shape_or_type_is_unusable_not_missing(tmp_path, name, value, why):
     folder = tmp_path / "bad"
@@ -62,5 +63,6 @@ def test_a_tensor_held_at_the_wrong_shape_or_type_is_unusable_not_missing(tmp_pa
     t[name] = value
     save_file(t, str(folder / "model.safetensors"))
     line = _refusal(folder)
+    why = why.format(config=folder / "config.json")
     assert line.startswith(f"bad predicts no next token because {why}"), line
     assert "has no" not in line

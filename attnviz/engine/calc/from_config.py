@@ -135,7 +135,7 @@ def calc_inputs_from_file(path: Path | str) -> CalcInputs:
         path = gguf_in_folder(path)
         if path.is_dir():
             path = path / "config.json"
-    if is_gguf(path):
+    if is_gguf(path) or path.suffix.lower() == ".gguf":  # (one that is not says why, as a load does)
         return calc_inputs_from_config(gguf_config(open_gguf(path)).raw)
     try:
         raw = read_json_object(path)

@@ -164,6 +164,20 @@ def _window_layers(spec: Any, n_layer: int) -> frozenset[int]:
     return frozenset(layers)
 
 
+def _divisors(n: int) -> str:
+    """'one of 1, 2 or 4': the divisors of n, as a message lists them (the few smallest and largest
+    where there are many)."""
+    if n > 10**10:  # (no model has this many heads: the search would only take time)
+        return f"a divisor of {n:,}"
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    every = small + [n // k for k in reversed(small) if n // k != k]
+    if len(every) == 1:
+        return "1"
+    if len(every) > 8:
+        return f"a divisor of {n:,} ({', '.join(f'{k:,}' for k in every[:4])}, ..., {every[-1]:,})"
+    return f"one of {', '.join(f'{k:,}' for k in every[:-1])} or {every[-1]:,}"
+
+
 @dataclass(frozen=True)
 class Dims:
     """Validated, resolved inputs."""
@@ -221,7 +235,8 @@ def resolve(inp: CalcInputs) -> Dims:
         if not kv_heads_divide(n_head, n_kv_head):
             raise input_error("n_kv_head",
                        f"n_kv_head ({n_kv_head:,}) does not divide n_head ({n_head:,}): every KV "
-                       "head must serve the same number of query heads")
+                       f"head must serve the same number of query heads, so n_kv_head must be "
+                       f"{_divisors(n_head)}")
         d_head = d_v = head_dim
     window = optional("sliding_window", inp.sliding_window)
     if window is None and inp.sliding_window_layers not in (None, "all"):

@@ -74,7 +74,7 @@ class CheckpointSet:
             return base
         if not folder.is_relative_to(base.path.resolve()):
             raise ModelLoadError(f"checkpoint {i} folder {info.folder} is outside {base.path}")
-        weights = LOADERS[base.config.family](base.config, Checkpoint(folder))
+        weights = LOADERS[base.config.family](base.config, Checkpoint(folder, base.path / "config.json"))
         # the same name: views and settings name the model, the step is recorded beside it
         return Model(base.name, folder, base.config, weights,
                      base.tokenizer, license=base.license, notice=base.notice)

@@ -413,8 +413,9 @@ class Model:
             text, notice = clean_text(text)
             if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
                 ids = parse_typed_ids(text)
-                if not ids:  # not ids, or nothing typed
-                    raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
+                if not ids:  # not ids, or nothing typed (a GGUF's notice says why it has no tokenizer)
+                    raise InputError(f"{self.name}: {self.notice}" if self.notice and Path(self.path).is_file()
+                                     else f"{self.name} has no tokenizer.json: type token ids instead, "
                                      "e.g. 5, 17, 3")
         if ids is not None:
             ids = check_ids(ids, self.config.vocab_size)

@@ -107,7 +107,7 @@ class QuantizedCheckpoint:
     which the family loaders call)."""
 
     def __init__(self, ckpt: Checkpoint, qtype: GGMLQuantizationType, conv1d: bool):
-        self._ckpt, self.qtype, self.files = ckpt, qtype, ckpt.files
+        self._ckpt, self.qtype, self.files, self.config = ckpt, qtype, ckpt.files, ckpt.config
         self._conv1d = conv1d  # GPT-2: its Conv1D matrices are [in, out]
         self.kept_f16 = _kept_f16({n: ckpt.shape(n) for n in ckpt.names()}, qtype,
                                   lambda n: 0 if self._transposed(n) else -1)

@@ -21,10 +21,11 @@ from gguf.gguf_reader import ReaderField
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.config import ModelConfig, config_from_dict
-from attnviz.engine.reading.gguf_tensors import GGUFTensors, tensor_table
+from attnviz.engine.reading.gguf_tensors import REDO, GGUFTensors, tensor_table
 from attnviz.engine.reading.mapped_files import MappedFile
 from attnviz.engine.reading.validate import (
-    cannot_read, exists, file_kind, is_whole, refusal, regular_file, show,
+    cannot_read, check_vocab_rows, exists, file_kind, is_whole, layers_held, refusal, regular_file, show,
+    too_few_layers,
 )
 
 GGUF_MAGIC = b"GGUF"
@@ -256,6 +257,8 @@ def open_gguf(path: Path) -> GGUFReader:
             magic = fh.read(4)
     except OSError as exc:
         raise cannot_read(path, exc) from exc
+    if not magic:
+        raise ModelLoadError(f"{path.name} is empty (0 bytes), not a GGUF model; download or convert it again")
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path.name} is not a GGUF file (it does not start with 'GGUF')")
     try:
@@ -273,7 +276,7 @@ def metadata(reader: GGUFReader, key: str, default: Any = None) -> Any:
     try:
         return field.contents()
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"GGUF metadata {key} cannot be read: {exc}") from exc
+        raise ModelLoadError(f"{source_name(reader)}: GGUF metadata {key} cannot be read ({exc})") from exc
 
 
 def source_name(reader: GGUFReader) -> str:
@@ -286,10 +289,12 @@ def architecture(reader: GGUFReader) -> str:
     if arch is not None and not isinstance(arch, str):
         raise refusal(source_name(reader), "general.architecture", show(arch), "a string such as 'llama'")
     if not isinstance(arch, str):
-        raise ModelLoadError("GGUF metadata has no general.architecture")
+        raise refusal(source_name(reader), "general.architecture", None, "the model's architecture, "
+                      "such as 'llama'")
     if arch not in ARCHITECTURES:
         known = ", ".join(sorted(ARCHITECTURES))
-        raise ModelLoadError(f"GGUF architecture {arch!r} is not supported (supported: {known})")
+        raise ModelLoadError(f"{source_name(reader)} holds a {arch!r} model (general.architecture), which "
+                             f"attnviz cannot open yet (it opens {known})")
     return arch
 
 
@@ -422,3 +427,23 @@ def _gemma3_gguf(raw: dict, names: dict, meta, arch: str) -> None:
 def gguf_display_name(reader: GGUFReader, path: Path) -> str:
     """The file's name without .gguf (its general.name is often a training run's tag)."""
     return path.name[:-5] if path.name.lower().endswith(".gguf") else path.name
+
+
+def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensors) -> None:
+    """The metadata's layer count and vocabulary against the tensors the file holds: a file cut
+    short, or written with another model's metadata, is refused by name, not by its first missing
+    tensor."""
+    source = ts.path.name
+    parts = (n.split(".") for n in ts.names())
+    held = {int(p[1]) for p in parts if len(p) > 1 and p[0] == "blk" and p[1].isascii() and p[1].isdigit()}
+    first = layers_held(held, cfg.n_layer)
+    if first is not None:
+        raise too_few_layers(source, f"{arch}.block_count", cfg.n_layer, first, "it",
+                             "the file is incomplete or was written wrong; download or convert it again")
+    if "token_embd.weight" in ts and len(ts.shape("token_embd.weight")) == 2:
+        if metadata(reader, f"{arch}.vocab_size") is not None:
+            claim = f"{source} sets {arch}.vocab_size to {cfg.vocab_size:,}"
+        else:
+            claim = f"{source} has {cfg.vocab_size:,} tokens in tokenizer.ggml.tokens"
+        check_vocab_rows(ts.shape("token_embd.weight")[0], cfg.vocab_size, claim,
+                         "its token embedding token_embd.weight", REDO)

@@ -34,8 +34,8 @@ from attnviz.engine.reading.budget import LayerStore, float32_array
 from attnviz.engine.reading.memory_budget import grams_bytes, resolve_budget
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.reading.gguf_file import (
-    PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,
-    string_bytes,
+    PERMUTED_QK, metadata, source_name, architecture, check_counts, gguf_config, gguf_display_name,
+    open_gguf, string_bytes,
 )
 from attnviz.engine.reading.gguf_tensors import (
     GGUFTensors, unpermute_qk, unpermuted_rows,
@@ -331,8 +331,11 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     kind = typed("tokenizer.ggml.model", lambda v: isinstance(v, str), "a string such as 'gpt2'")
     pre = typed("tokenizer.ggml.pre", lambda v: isinstance(v, str), "a string such as 'llama-bpe'",
                 "gpt2")
+    if kind is None:
+        return None, ("this GGUF holds no tokenizer (it sets no tokenizer.ggml.model): type token ids "
+                      "instead, e.g. 5, 17, 3")
     if kind not in ("gpt2", "llama"):
-        return None, (f"this GGUF's tokenizer ({kind or 'none'}) is not supported yet (byte-level BPE "
+        return None, (f"this GGUF's tokenizer ({kind}) is not supported yet (byte-level BPE "
                       "and SentencePiece only): type token ids instead, e.g. 5, 17, 3")
     if kind == "gpt2" and pre not in vocab.PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
@@ -472,6 +475,7 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     arch = architecture(reader)
     cfg = gguf_config(reader)
     ts = GGUFTensors(reader, path)
+    check_counts(reader, arch, cfg, ts)
     weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager=False)  # no layer read
     if packing is not None:
         packing(weights.packed_types)

@@ -157,6 +157,9 @@ class QuantRows:
         return self._data
 
 
+REDO = "the file was written wrong; download or convert it again"
+
+
 class GGUFTensors:
     """The tensors of a GGUF file by name, dequantised to float32 on request."""
 
@@ -176,6 +179,9 @@ class GGUFTensors:
     def __contains__(self, name: str) -> bool:
         return name in self._table
 
+    def names(self) -> list[str]:
+        return list(self._table)
+
     def shape(self, name: str) -> tuple[int, ...]:  # NumPy order: [rows, cols] = [out, in]
         return tuple(int(n) for n in reversed(self._table[name].shape.tolist()))
 
@@ -184,9 +190,10 @@ class GGUFTensors:
         t = self._table.get(name)
         if t is None:
             raise ModelLoadError(f"{self.path.name} has no tensor {name!r}")
-        check_shape(name, self.shape(name), shape, "the GGUF metadata")
+        check_shape(name, self.shape(name), shape, "the file's metadata", self.path.name, REDO)
         if t.tensor_type in _INTEGER_TYPES:
-            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, not a float type")
+            raise ModelLoadError(f"tensor {name} in {self.path.name} is stored as {t.tensor_type.name}, "
+                                 "not a float type")
         return t
 
     def stored(self, name: str, shape: tuple[int, ...]):

@@ -51,7 +51,8 @@ from attnviz.engine.reading.quantize import (
     tensor_values,
 )
 from attnviz.engine.reading.gguf_write_tokenizer import hf_tokenizer_kv
-from attnviz.engine.reading.validate import exists, os_reason
+from attnviz.engine.reading.safetensors_model import check_vocab, too_few
+from attnviz.engine.reading.validate import exists, layers_held, os_reason
 from attnviz.engine.reading.weights import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -259,11 +260,25 @@ def _from_folder(folder: Path, qt: GGMLQuantizationType, name: str):
     kv += tok_kv
     notices = [notice] if notice else []
     tensors = _folder_tensors(cfg, arch, ckpt, qt)
+    _check_counts(cfg, ckpt, tensors)
     rope = cfg.rope
     if rope is not None and rope.kind == "llama3":  # llama.cpp stores it as one divisor a frequency
         divisors = llama3_divisors(rope, cfg.d_head)
         tensors.append(_Tensor("rope_freqs.weight", divisors.shape, Q.F32, lambda d=divisors: d))
     return arch, kv, tensors, cfg, notices
+
+
+def _check_counts(cfg: ModelConfig, ckpt: Checkpoint, tensors: list) -> None:
+    """The folder's layers and vocabulary against its config.json, as loading it checks them: a
+    file of more layers than its tensors, or another vocabulary, would be written, then refused."""
+    parts = (t.name.split(".") for t in tensors)
+    held = layers_held({int(n[1]) for n in parts if len(n) > 1 and n[0] == "blk" and n[1].isdigit()},
+                       cfg.n_layer)
+    if held is not None:
+        raise too_few(cfg, ckpt, held)
+    embedding = next((hf for hf in ckpt.names() if hf.endswith("embed_tokens.weight")), None)
+    if embedding is not None:
+        check_vocab(cfg, ckpt, embedding)
 
 
 def llama3_divisors(rope: Rope, d_head: int) -> np.ndarray:  # -> float32 [d_head / 2]

@@ -24,17 +24,52 @@ from attnviz.engine.reading.layout import (
     Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
 from attnviz.engine.reading.tokenizer import TextTokenizer
-from attnviz.engine.reading.validate import exists, regular_file
-from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, mapped_files, refuse_pickle
+from attnviz.engine.reading.hf_config import keys, pick
+from attnviz.engine.reading.validate import check_vocab_rows, exists, read_json_object, regular_file, too_few_layers
+from attnviz.engine.reading.weights import (
+    PICKLE_SUFFIXES, SAVED_WITH, Checkpoint, held_by, mapped_files, refuse_pickle,
+)
 
 log = logging.getLogger(__name__)
 
 
-def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
+def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...], cfg: ModelConfig) -> str:
+    """The prefix the checkpoint's tensor names carry ("model."), found by the token embedding
+    `probe`; the embedding's rows are checked against the vocabulary here, first."""
     for p in candidates:
         if p + probe in ckpt:
+            check_vocab(cfg, ckpt, p + probe)
             return p
-    raise ModelLoadError(f"checkpoint has no tensor {probe!r} (tried prefixes {list(candidates)})")
+    raise ModelLoadError(f"{held_by(ckpt.files)} has no tensor {probe!r} (tried prefixes "
+                         f"{list(candidates)}): is it a {cfg.model_type} model, as {ckpt.config} says?")
+
+
+def _key(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> str:
+    """The config.json key that set field `name` (Gemma 3's multimodal config nests its language
+    model's under text_config, which the config read leaves out)."""
+    key = pick(cfg.raw, keys(name, cfg.model_type))[0]
+    if cfg.family == "gemma3" and "text_config" in read_json_object(Path(ckpt.config)):
+        return f"text_config.{key}"
+    return key
+
+
+def check_vocab(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> None:
+    """The token embedding `name` has one row per token config.json counts (writing a GGUF too)."""
+    rows = ckpt.shape(name)[0] if ckpt.shape(name) else 0
+    if rows != cfg.vocab_size:
+        key = _key(cfg, ckpt, "vocab_size")
+        check_vocab_rows(rows, cfg.vocab_size, f"{ckpt.config} sets {key} to {cfg.vocab_size:,}",
+                         f"the token embedding {name} in {held_by(ckpt.files)}",
+                         f"set {key} to {rows:,} if these weights are the model's, or {SAVED_WITH}")
+
+
+def too_few(cfg: ModelConfig, ckpt: Checkpoint, held: int) -> ModelLoadError:
+    """config.json counts more layers than the weights, which hold layers 0..held-1 (writing a
+    GGUF too)."""
+    key = _key(cfg, ckpt, "n_layer")
+    return too_few_layers(ckpt.config, key, cfg.n_layer, held, held_by(ckpt.files),
+                          f"set {key} to {held:,} if the model has {held:,} "
+                          f"layer{'s' if held != 1 else ''}, or add the missing layers' weights")
 
 
 def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: int | None,
@@ -43,18 +78,27 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
     `one(i, g)` builds layer i, reading tensor `p + name` with `g(name, shape)`. Every layer's
     tensors are checked at load (present, their shapes, float types) without reading them, and
     counted: the float32 bytes of the tensors a layer reads are its size expanded."""
-    sizes = []
+    sizes, missing, absent = [], {}, set()  # (layer: its first missing tensor; layers with none)
     for i in range(cfg.n_layer):
-        read = []
+        read, lacks = [], []
 
         def dry(n, shape):
             read.append(4 * int(np.prod(shape, dtype=np.int64)))
+            if p + n not in ckpt:
+                lacks.append(p + n)
+                return np.zeros((1,) * len(shape), dtype=np.float32)
             return ckpt.check(p + n, shape)
 
         one(i, dry)
         sizes.append(sum(read))
+        if lacks:
+            missing[i] = lacks[0]
+            if len(lacks) == len(read):
+                absent.add(i)
+    if missing:
+        _refuse_missing(cfg, ckpt, missing, absent)
     # a sharded checkpoint is named as a whole (a budget concerns every shard), a single file by itself
-    source = _source(ckpt) if len(ckpt.files) > 1 else ckpt.files[0].path.name
+    source = held_by(ckpt.files)
     # the embeddings and the head as float32 (at most); the W_O Grams, made only when asked for
     other = ckpt.float32_bytes() - sum(sizes)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
@@ -62,6 +106,15 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
                                              optional_bytes=grams_bytes(cfg)), source)
     store.expand_kept()  # a model that fits: every layer read and checked at load
     return store
+
+
+def _refuse_missing(cfg: ModelConfig, ckpt: Checkpoint, missing: dict[int, str], absent: set[int]):
+    """The first layer tensor the weights lack; where every layer from one on is absent whole,
+    config.json counts more layers than the weights hold, and says so."""
+    first = min(missing)
+    if absent >= set(range(first, cfg.n_layer)):
+        raise too_few(cfg, ckpt, first)
+    raise ckpt.missing(missing[first])
 
 
 def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b + ...]
@@ -82,7 +135,7 @@ def _in_out(w):  # nn.Linear [out, in] -> [in, out] float32, laid out by kept_in
 def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
               name: str | None = None) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
-    p = _prefix(ckpt, "embeddings.word_embeddings.weight", ("", "bert."))
+    p = _prefix(ckpt, "embeddings.word_embeddings.weight", ("", "bert."), cfg)
     g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
     def one(i, g):
@@ -118,7 +171,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
 def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
               name: str | None = None) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
-    p = _prefix(ckpt, "wte.weight", ("", "transformer."))
+    p = _prefix(ckpt, "wte.weight", ("", "transformer."), cfg)
     g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
     def one(i, g):
@@ -168,7 +221,7 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
                name: str | None = None) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
-    p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""))
+    p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""), cfg)
 
     def one(i, g):
         a = f"layers.{i}."
@@ -233,7 +286,7 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     d, f = cfg.d_model, cfg.d_ff
     dq = cfg.n_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight",
-                ("model.", "", "model.language_model.", "language_model.model."))
+                ("model.", "", "model.language_model.", "language_model.model."), cfg)
 
     def one(i, g):
         a = f"layers.{i}."

@@ -105,6 +105,8 @@ def read_text(path: Path, max_bytes: int = MAX_JSON_BYTES) -> str:
 
 def parse_json_object(text: str, path: Path) -> dict:
     """JSON text that must hold an object (a dict)."""
+    if not text.strip():
+        raise ModelLoadError(f"{path} is empty, expected a JSON object {{...}}")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -362,11 +364,37 @@ def check_token_ids(ids: list[tuple[str, str, int]], n_rows: int, path: Path, ro
 SCAN_CHUNK = 1 << 22  # elements per isfinite pass: a 4 MiB bool mask at most
 
 
-def check_shape(name: str, got: tuple[int, ...], want: tuple[int, ...], implied_by: str) -> None:
-    """Tensor `name` must have the shape the model's description implies ("config.json", "the GGUF
-    metadata")."""
+def check_shape(name: str, got: tuple[int, ...], want: tuple[int, ...], implied_by: str,
+                held_in: str, fix: str) -> None:
+    """Tensor `name`, held in file `held_in`, must have the shape the model's description implies
+    (`implied_by`: a config.json's path, "the file's metadata"); `fix` says what to do."""
     if tuple(got) != tuple(want):
-        raise ModelLoadError(f"tensor {name} has shape {list(got)}, but {implied_by} implies {list(want)}")
+        raise ModelLoadError(f"tensor {name} in {held_in} has shape {list(got)}, but {implied_by} "
+                             f"implies {list(want)}: {fix}")
+
+
+def check_vocab_rows(rows: int, vocab_size: int, claim: str, table: str, fix: str) -> None:
+    """The token embedding (`table`: "the token embedding x in y") must have one row per token of
+    the vocabulary (`claim`: "x/config.json sets vocab_size to 300"); `fix` says what to do. A
+    config and the weights of two different models differ here first."""
+    if rows != vocab_size:
+        raise ModelLoadError(f"{claim}, but {table} has {rows:,} rows: {fix}")
+
+
+def layers_held(held: set[int], n_layer: int) -> int | None:
+    """Of a model's n_layer layers, the weights holding those in `held`: how many they hold where
+    they hold the first k and no later one (k < n_layer), else None (all, or a gap to name by the
+    first tensor missing)."""
+    first = min(set(range(n_layer + 1)) - held)
+    return first if first < n_layer and not held & set(range(first, n_layer)) else None
+
+
+def too_few_layers(source: str, key: str, n_layer: int, held: int, weights: str, fix: str
+                   ) -> ModelLoadError:
+    """`source` sets `key` (the layer count) to n_layer, but `weights` hold the tensors of only
+    the first `held` layers; `fix` says what to do."""
+    which = {0: "no layer", 1: "only layer 0"}.get(held, f"only layers 0..{held - 1:,}")
+    return ModelLoadError(f"{source} sets {key} to {n_layer:,}, but {weights} holds {which}: {fix}")
 
 
 def check_finite(arr: np.ndarray, name: str, source: str) -> None:

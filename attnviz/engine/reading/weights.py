@@ -136,6 +136,9 @@ class TensorFile:
             header_bytes = fh.read(n_header) if n_header is not None and n_header < 1 << 27 else b""
         except OSError as exc:
             raise cannot_read(path, exc) from exc
+        if not head:
+            raise ModelLoadError(f"{path.name} is empty (0 bytes), not safetensors weights; download "
+                                 "them again")
         try:
             with safe_open(str(path), framework="numpy") as handle:  # validates the whole layout
                 names = list(handle.keys())
@@ -205,11 +208,24 @@ class RowTable:
         return int(self._raw.nbytes)
 
 
+SAVED_WITH = "give the config.json these weights were saved with"  # a shape config.json does not imply
+
+
+def held_by(files: list[TensorFile]) -> str:
+    """Where a message says a checkpoint's tensor is (or is not): its one file, or the folder of
+    a sharded checkpoint, whose shards hold the tensors together."""
+    if len(files) == 1:
+        return files[0].path.name
+    return f"the checkpoint in {files[0].path.parent.name}/"
+
+
 class Checkpoint:
     """The tensors of a folder's safetensors files, by name. Buffers that are not floats (int64
-    position_ids) are listed but never loaded: asking for one says its dtype."""
+    position_ids) are listed but never loaded: asking for one says its dtype. `config`: the
+    config.json the shapes asked for come from (default: the folder's)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, config: Path | None = None):
+        self.config = str(config or Path(folder) / "config.json")
         self.files = [TensorFile(p) for p in weight_files(folder)]
         self._where: dict[str, TensorFile] = {}
         for tf in self.files:
@@ -232,6 +248,9 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
+    def missing(self, name: str) -> ModelLoadError:
+        return ModelLoadError(f"{held_by(self.files)} has no tensor {name!r}")
+
     def shape(self, name: str) -> tuple[int, ...]:
         """Tensor `name`'s shape as stored (KeyError: no such tensor)."""
         return self._where[name].shape(name)
@@ -241,8 +260,8 @@ class Checkpoint:
         and (`check`) its values (finite: a NaN or Inf would turn every pattern after it into NaN)."""
         tf = self._where.get(name)
         if tf is None:
-            raise ModelLoadError(f"checkpoint has no tensor {name!r}")
-        check_shape(name, tf.shape(name), shape, "config.json")
+            raise self.missing(name)
+        check_shape(name, tf.shape(name), shape, self.config, tf.path.name, SAVED_WITH)
         arr = tf.get(name)
         if check:
             check_finite(arr, name, tf.path.name)
@@ -255,7 +274,7 @@ class Checkpoint:
         tf = self._where.get(name)
         if tf is None or tf.dtype(name) not in ("F16", "BF16"):
             return self.get(name, shape)
-        check_shape(name, tf.shape(name), shape, "config.json")
+        check_shape(name, tf.shape(name), shape, self.config, tf.path.name, SAVED_WITH)
         table = RowTable(name, tf.raw(name), tf.dtype(name) == "BF16")
         step = max(1, (1 << 22) // max(1, shape[1]))
         for a in range(0, shape[0], step):
@@ -268,8 +287,8 @@ class Checkpoint:
         zero placeholder with one element per axis."""
         tf = self._where.get(name)
         if tf is None:
-            raise ModelLoadError(f"checkpoint has no tensor {name!r}")
-        check_shape(name, tf.shape(name), shape, "config.json")
+            raise self.missing(name)
+        check_shape(name, tf.shape(name), shape, self.config, tf.path.name, SAVED_WITH)
         if not tf.is_float(name):
             raise ModelLoadError(f"tensor {name} in {tf.path.name} is stored as {tf.dtype(name)}, but it "
                                  f"must be a float type ({', '.join(FLOAT_DTYPES)})")
