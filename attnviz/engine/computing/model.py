@@ -189,8 +189,7 @@ class Model:
 
     def grams_held(self) -> int:
         """Bytes of the W_O Grams this model holds now (output_grams)."""
-        made = self._grams_made()
-        return 0 if made is None else made[2]
+        return 0 if (made := self._grams_made()) is None else made[2]
 
     def grams_to_make(self) -> int:
         """Bytes of the W_O Grams this model has not made yet: the room its default budget, and
