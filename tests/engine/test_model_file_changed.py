@@ -99,3 +99,33 @@ def test_sizes_that_read_the_same_rounded_are_given_to_the_byte():
     assert "(it was 92,480,000 bytes, it is 92,480,004 bytes now)" in said
     assert "(it was 88.2 MiB, it is 12 MiB now)" in changed_message(
         "m.gguf", round(88.2 * 2 ** 20), 12 * 2 ** 20, 0)
+
+
+EXITING = """
+import sys, threading
+from attnviz.engine import load_model
+model = load_model(sys.argv[1])
+started = threading.Event()
+def read():
+    while True:
+        try:
+            model.weights
+        except Exception as exc:  # (as a window's job reports one)
+            print("Error:", repr(exc), file=sys.stderr, flush=True)
+            return
+        started.set()
+threading.Thread(target=read, daemon=True).start()
+started.wait()
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_thread_reading_the_weights_as_python_exits_finds_the_files_open(tmp_path, kind):
+    """The held files stay open through the exit handlers: a job still running as Python exits
+    (a window closed mid-run) reads its weights without an error."""
+    source, _ = tiny_gqa_files(kind, tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", EXITING, str(source)],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0 and "Error" not in proc.stderr, proc.stderr[-2000:]

@@ -28,7 +28,8 @@ class MappedFile:
     def __init__(self, path):
         self.path = Path(path)
         fh = open(self.path, "rb")  # (OSError: the caller says which file and why)
-        weakref.finalize(self, fh.close)
+        # (not at exit: a job still running as Python exits reads through it; the OS closes it)
+        weakref.finalize(self, fh.close).atexit = False
         self._fh = fh
         st = os.fstat(fh.fileno())
         self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
