@@ -7,8 +7,8 @@ ui/panels/circuits_panel.py), through the app's one runner (Worker), newest wins
   do run of the result where there is one, else a run of the result's own token ids made here and
   kept for the next cell of the same text. The cell is kept by position while the text has it.
 - circuits ('circuits'): the weight-space scores of the model (engine/analysing/circuits.py) on a
-  thread of their own, with progress, once per model (kept while the model lives); a new model
-  stops the old one's at its next layer.
+  thread of their own, with progress, once per model or training step (kept while it lives); new
+  weights (another model or step) stop the old one's at the next layer.
 - ov top ('ov-top'): what the focused head writes for a picked token, on the pool."""
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class CircuitsJobs(QObject):
         self.ov_note = ""
         self._job_id = None
         self._sigProgress.connect(self._on_progress)
-        state.sigModelChanged.connect(self._on_model)
+        state.sigWeightsChanged.connect(self._on_model)  # (a training step's scores are its own)
 
     def cached(self, model):
         for ref, c in self._cache:

@@ -1,5 +1,5 @@
 """The Circuits tab: the model's weight-space circuit scores (engine/analysing/circuits.py),
-computed once per model in the background (ui/machinery/why_jobs.py) with progress. It shows the
+computed once per model (and per training step) in the background (ui/machinery/why_jobs.py) with progress. It shows the
 OV copying map (layers x heads, in the grid's head order; click a head to focus it), the focused
 head's top Q-, K- and V-composition partners among earlier heads with their role badges, and what
 the focused head writes from the key it attends to most at the query picked in the token strip
@@ -61,7 +61,7 @@ class CircuitsPanel(QWidget):
         state.sigQueryChanged.connect(self._on_pick)
         state.sigResultChanged.connect(self._on_pick)
         state.sigHeadLabelsChanged.connect(self._draw_lines)
-        state.sigModelChanged.connect(lambda _m: self.shown and self.jobs.request())
+        state.sigWeightsChanged.connect(lambda _m: self.shown and self.jobs.request())
         self.refresh()
 
     def set_shown(self, shown: bool) -> None:
