@@ -39,3 +39,69 @@ def test_circuits_shows_the_scores_of_the_step_the_slider_is_at(window, qtbot):
     qtbot.waitUntil(lambda: panel.partners.text().startswith(first), timeout=WAIT)
     window.training_panel.slider.setValue(st.checkpoints.last)  # back: the last step's, kept
     qtbot.waitUntil(lambda: panel.partners.text().startswith(last), timeout=WAIT)
+
+
+def test_a_patching_map_of_another_step_is_dimmed_under_a_line_naming_both_steps(window, qtbot):
+    from PySide6.QtCore import Qt
+
+    st, p, jobs = window.state, window.patching_panel, window.patch_jobs
+    window.patching_dock.show()
+    window.patching_dock.raise_()
+    p.corrupt_box.setText(CORRUPT)
+    p.what_box.setCurrentText("head_out")
+    qtbot.mouseClick(p.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: jobs.result is not None and not jobs.running, timeout=WAIT)
+    qtbot.waitUntil(lambda: p.map.view is not None, timeout=WAIT)
+    sides = p.sides_label.text()
+    cell = p.map.cell_center(0, 0)
+    bright = p.map.grab().toImage().pixelColor(int(cell[0]), int(cell[1]))
+    assert p.stale.isHidden() and p.sides_label.isEnabled()
+    last, five = st.checkpoints.infos[-1].step, st.checkpoints.infos[5].step
+    window.training_panel.slider.setValue(5)
+    qtbot.waitUntil(lambda: st.checkpoint == 5, timeout=WAIT)
+    assert p.stale.isVisible() and p.stale.text() == (
+        f"Shown for training step {last:,}; the model is at step {five:,} now: Run computes it for "
+        "that step.")
+    assert not p.sides_label.isEnabled() and p.sides_label.text() == sides
+    dimmed = p.map.grab().toImage().pixelColor(int(cell[0]), int(cell[1]))
+    assert dimmed != bright
+    # Run: that step's map and predictions, bright
+    qtbot.mouseClick(p.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: jobs.result is not None and not jobs.running, timeout=WAIT)
+    assert jobs.ask.model is st.checkpoints.model(5)
+    assert p.stale.isHidden() and p.sides_label.isEnabled() and p.sides_label.text() != sides
+    # back to the last step: the step-5 map is dimmed again
+    window.training_panel.slider.setValue(st.checkpoints.last)
+    qtbot.waitUntil(lambda: p.stale.isVisible(), timeout=WAIT)
+    assert p.stale.text().startswith(f"Shown for training step {five:,}; the model is at step {last:,} now")
+
+
+def test_a_patching_run_under_way_as_the_slider_moves_ends_and_shows_dimmed(window, qtbot, monkeypatch):
+    """The patched runs held at their first batch while the slider moves: the run ends (its
+    progress bar goes) and its map shows, dimmed under the step it was computed on."""
+    import threading
+
+    from attnviz.engine.analysing import patching as PT
+
+    st, p, jobs = window.state, window.patching_panel, window.patch_jobs
+    window.patching_dock.show()
+    window.patching_dock.raise_()
+    gate = threading.Event()
+    run_batch = PT.run_batch
+
+    def held(*args, **kw):
+        gate.wait(3 * WAIT / 1000)
+        return run_batch(*args, **kw)
+
+    monkeypatch.setattr(PT, "run_batch", held)
+    try:
+        p.corrupt_box.setText(CORRUPT)
+        p.what_box.setCurrentText("head_out")
+        assert p.run()
+        qtbot.waitUntil(lambda: jobs.sides is not None, timeout=WAIT)
+        window.training_panel.slider.setValue(5)
+        qtbot.waitUntil(lambda: st.checkpoint == 5 and p.stale.isVisible(), timeout=WAIT)
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not jobs.running and p.map.view is not None, timeout=WAIT)
+    assert p.progress.isHidden() and p.stale.text().startswith("Shown for training step ")
