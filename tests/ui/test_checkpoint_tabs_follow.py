@@ -105,3 +105,37 @@ def test_a_patching_run_under_way_as_the_slider_moves_ends_and_shows_dimmed(wind
         gate.set()
     qtbot.waitUntil(lambda: not jobs.running and p.map.view is not None, timeout=WAIT)
     assert p.progress.isHidden() and p.stale.text().startswith("Shown for training step ")
+
+
+def test_the_ablation_scan_goes_with_the_step_it_was_run_on(window, qtbot):
+    """As with a new model: the scan ranked the heads of the step it ran on, and goes."""
+    from PySide6.QtCore import Qt
+
+    st = window.state
+    window.predict_dock.show()
+    window.predict_dock.raise_()
+    ab, eff = window.predict_panel.ablation_panel, st.effects
+    qtbot.mouseClick(ab.scan_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: eff.scan is not None and not eff.scan_running, timeout=WAIT)
+    assert ab.scan_label.text().startswith("Scanned ") and ab.ranked.rowCount() > 0
+    assert ab.scan_button.text() == "Scan again"
+    window.training_panel.slider.setValue(5)
+    qtbot.waitUntil(lambda: st.checkpoint == 5, timeout=WAIT)
+    assert ab.scan_label.text() == "" and ab.scan_view.map is None
+    assert ab.scan_button.text() == "Scan every head"
+
+
+def test_generated_steps_go_with_the_step_that_made_them(window, qtbot):
+    """As with a new model: the steps (their tokens, probabilities, patterns) were the old step's."""
+    from PySide6.QtCore import Qt
+
+    st, panel, gen = window.state, window.generate_panel, window.state.generation
+    window.generate_dock.show()
+    window.generate_dock.raise_()
+    panel.n_spin.setValue(3)
+    qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == 3, timeout=WAIT)
+    assert panel.status.text().startswith("3 new tokens: ") and panel.slider.isEnabled()
+    window.training_panel.slider.setValue(5)
+    qtbot.waitUntil(lambda: st.checkpoint == 5, timeout=WAIT)
+    assert panel.status.text() == "" and not panel.slider.isEnabled()
