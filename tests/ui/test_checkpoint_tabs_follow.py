@@ -139,3 +139,25 @@ def test_generated_steps_go_with_the_step_that_made_them(window, qtbot):
     window.training_panel.slider.setValue(5)
     qtbot.waitUntil(lambda: st.checkpoint == 5, timeout=WAIT)
     assert panel.status.text() == "" and not panel.slider.isEnabled()
+
+
+def test_a_corpus_scan_of_the_last_step_says_another_steps_files_are_not_its_model(window, qtbot,
+                                                                                  tmp_path):
+    """The scan is told by the hash of its model's files; each training step has files of its
+    own, so the slider moved away from the scanned step gets the note a new model gets."""
+    from attnviz.corpus.scan import scan
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT + "\n" + CORRUPT + "\n")
+    scan(tmp_path / "scan", "attnviz-toy-stdlib", corpus, batch=2, examples=2, in_process=True,
+         progress_stream=open("/dev/null", "w"))
+    window.open_scan(str(tmp_path / "scan"))
+    panel, st = window.corpus_panel, window.state
+    qtbot.waitUntil(lambda: panel.model_state() == "same", timeout=WAIT)
+    assert not panel.model_note.isVisible()
+    window.training_panel.slider.setValue(5)
+    qtbot.waitUntil(lambda: panel.model_state() == "other", timeout=WAIT)
+    assert panel.model_note.isVisible()
+    assert "other files under the name attnviz-toy-stdlib" in panel.model_note.text()
+    window.training_panel.slider.setValue(st.checkpoints.last)
+    qtbot.waitUntil(lambda: not panel.model_note.isVisible(), timeout=WAIT)
