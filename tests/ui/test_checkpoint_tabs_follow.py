@@ -8,7 +8,7 @@ import pytest
 
 from attnviz.engine.analysing import circuits as C
 from attnviz.figures.numbers import signed
-from windows import WAIT, toy_window
+from windows import WAIT, drain_events, toy_window
 
 TEXT = "def add(a, b): return a + b"
 CORRUPT = "def add(a, c): return a + c"
@@ -161,3 +161,32 @@ def test_a_corpus_scan_of_the_last_step_says_another_steps_files_are_not_its_mod
     assert "other files under the name attnviz-toy-stdlib" in panel.model_note.text()
     window.training_panel.slider.setValue(st.checkpoints.last)
     qtbot.waitUntil(lambda: not panel.model_note.isVisible(), timeout=WAIT)
+
+
+def test_why_here_hidden_while_the_slider_moved_shows_the_new_steps_score(window, qtbot):
+    """Shown, it follows the new step's run as it follows typing; hidden meanwhile, it computes
+    the new step's attribution when shown again (it showed the old step's numbers)."""
+    from attnviz.engine.analysing.qk import qk_attribution, qk_trace
+    from attnviz.engine.computing.request import RunRequest
+
+    st, jobs, panel = window.state, window.why_jobs, window.why_panel
+    st.show_head(1, 0)
+    window.why_dock.show()
+    jobs.set_cell(1, 0, 5, 3)
+    qtbot.waitUntil(lambda: jobs.attribution is not None and not jobs.busy, timeout=WAIT)
+    window.why_dock.hide()
+    window.training_panel.slider.setValue(5)
+    qtbot.waitUntil(lambda: st.checkpoint == 5, timeout=WAIT)
+    for _ in range(3):  # every run of the new step in, and what follows each (the panel hidden)
+        window.worker.wait_idle()
+        drain_events()
+        qtbot.wait(100)
+    trace = qk_trace()
+    st.model.run(TEXT, trace=trace, request=RunRequest(use_cache=False))
+    want = qk_attribution(st.model, trace, 1, 0, 5, 3).total()
+    assert panel.view().attribution.total() != pytest.approx(want, abs=1e-6)  # the old step's, kept
+    window.why_dock.show()
+    qtbot.waitUntil(lambda: not jobs.busy and panel.view() is not None
+                    and panel.view().attribution.total() == pytest.approx(want, abs=1e-6), timeout=WAIT)
+    step = st.checkpoints.infos[5].step
+    assert f"attnviz-toy-stdlib \u00b7 step {step:,}" in panel.view().subtitle()

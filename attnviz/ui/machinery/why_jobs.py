@@ -42,6 +42,7 @@ class WhyJobs(QObject):
         self.cell: tuple[int, int, int, int] | None = None
         self.attribution = None  # qk.QKAttribution of `cell` on the state's result
         self.attributed = None  # the RunResult `attribution` is of (an older one until the rerun)
+        self.attributed_by = None  # the model (training step) `attribution` was computed with
         self.note = "Click a cell of the focused head (or right-click it: Why here?)."
         self.busy = False
         self.shown = False
@@ -56,8 +57,11 @@ class WhyJobs(QObject):
 
     # --- what the panel sets -------------------------------------------------------------------
     def set_shown(self, shown: bool) -> None:
+        """The panel in sight or not; shown, it computes what it lacks: an attribution, or one of
+        the weights shown (the training step moved while it was hidden)."""
         self.shown = bool(shown)
-        if self.shown and self.cell is not None and self.attribution is None and not self.busy:
+        if self.shown and self.cell is not None and not self.busy and (
+                self.attribution is None or self.attributed_by is not self.state.model):
             self.request()
 
     def set_cell(self, layer: int, head: int, query: int, key: int) -> None:
@@ -146,7 +150,7 @@ class WhyJobs(QObject):
             self.attribution, self.note = None, describe_error(error)
         else:
             trace, self.attribution = value
-            self.attributed = result
+            self.attributed, self.attributed_by = result, model
             if st.effects.run_of(result) is None:
                 self._trace = (model, ids, trace)
             self.note = ""

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing.circuits import ZERO_OV
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.figures import circuits as fig
 from attnviz.ui.panels.dla_view import HeadMapView
 from attnviz.ui.views.fields import plain_label
@@ -77,7 +78,8 @@ class CircuitsPanel(QWidget):
         kv = st.model.kv_group if st.model is not None else None
         rope = st.model is not None and st.model.config.rope is not None  # (the note: with RoPE only)
         return fig.circuits_view(c, model=st.model_name, kv_group=kv, focus=st.focus,
-                                 badge=st.badge, ov=self.jobs.ov, rope=rope)
+                                 badge=st.badge, ov=self.jobs.ov, rope=rope,
+                                 checkpoint=checkpoint_record(st.model))  # (the scores are its)
 
     def refresh(self) -> None:
         j = self.jobs

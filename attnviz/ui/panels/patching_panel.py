@@ -423,7 +423,7 @@ class PatchingPanel(QWidget):
                                "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first,
                                "patch_position": a.position_asked, "patch_target": _id_text(a.target),
                                "patch_alt": _id_text(a.alt)},
-                              (a.labels_clean, a.labels_corrupt))
+                              (a.labels_clean, a.labels_corrupt), checkpoint_record(a.model))
 
     def pick_head(self, layer: int, head: int) -> None:
         """Its pattern on both texts, and the head focused in the grid."""
