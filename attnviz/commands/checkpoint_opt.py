@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.engine.computing.checkpoints import checkpoint_words, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_record, checkpoint_words, model_at
 
 
 def checkpoint_index(text: str) -> int:
@@ -49,6 +49,12 @@ def add(p: argparse.ArgumentParser) -> None:
 def describe(model) -> str:
     """' at checkpoint I of N (step S)' for a model with checkpoints, else ''."""
     return checkpoint_words(model)
+
+
+def entry(model) -> dict:
+    """{"checkpoint": {index, step, of}} for a --json document of a model with checkpoints, else {}."""
+    rec = checkpoint_record(model)
+    return {"checkpoint": rec} if rec else {}
 
 
 def at(model, args):

@@ -71,7 +71,7 @@ def qk_report(model, result, layer: int, head: int, query: int, key: int) -> dic
         "score": a.score, "components": list(a.components), "table": a.table.tolist(),
         "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
         "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top(Q.TOP)],
-        **({"note": a.note} if a.note else {}),
+        **({"note": a.note} if a.note else {}), **checkpoint_opt.entry(model),
     }
 
 
@@ -89,7 +89,7 @@ def cmd_qk(args) -> int:
         print(json.dumps(doc))
         return 0
     toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
-    print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} "
+    print(f"{model.name}{checkpoint_opt.describe(model)}: {head_title(args.layer, args.head)}, query {args.query} "
           f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
           f"{plain_signed(doc['score'])} (table sum "
           f"{plain_signed(float(np.sum(doc['table'])))}, bias terms {plain_signed(doc['bias'])})")
@@ -125,7 +125,7 @@ def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
     doc = {
         "model": model.name, "order": ORDER,
         "copying": C.copying_numbers(circ.copying),
-        "composition": C.composition_numbers(circ.composition),
+        "composition": C.composition_numbers(circ.composition), **checkpoint_opt.entry(model),
     }
     if model.config.rope is not None:  # (a model without RoPE has nothing left out: no note, as the tab)
         doc["note"] = ROPE_NOTE
@@ -172,7 +172,8 @@ def cmd_circuits(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    print(f"{model.name}: {ROPE_NOTE}" if "note" in doc else model.name)
+    name = model.name + checkpoint_opt.describe(model)
+    print(f"{name}: {ROPE_NOTE}" if "note" in doc else name)
     if circ.copying is None:
         print(f"copying: none ({circ.no_copying})")
     else:

@@ -99,7 +99,8 @@ def cmd_export(args) -> int:
     else:  # numbers need no Qt at all
         written = write_numbers(view, args.out, fmt)
     shape = "x".join(str(n) for n in view.selected().shape)
-    print(f"{written[0]}: {scope} of {model.name}, {tokens(result.n_tokens)}, weights [{shape}]"
+    print(f"{written[0]}: {scope} of {model.name}{checkpoint_opt.describe(model)}, "
+          f"{tokens(result.n_tokens)}, weights [{shape}]"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0
 
@@ -167,7 +168,8 @@ def _export_anatomy(args, fmt: str) -> int:
         view = make_anatomy_view(model, result, layer, args.head, colormap)
         written = export_view(view, args.out, fmt=fmt, width=width, model_path=opened_path(args.model))
     lit = f", head {args.head} lit" if args.head is not None else ""
-    print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {tokens(result.n_tokens)} "
+    print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}{checkpoint_opt.describe(model)}, "
+          f"{tokens(result.n_tokens)} "
           f"(+ sidecar {written[1].name})")
     return 0
 
@@ -196,9 +198,11 @@ def _export_effects(args, fmt: str) -> int:
         from attnviz.figures.write import export_view
 
         view = effects_view(args.view, analysis, model=model.name, result=run.result,
-                            kv_group=model.kv_group, typed=(target, alt))
+                            kv_group=model.kv_group, typed=(target, alt),
+                            checkpoint=checkpoint_record(model))
         written = export_view(view, args.out, fmt=fmt, width=width, model_path=opened_path(args.model))
     changed = f", {analysis.ablation.describe()}" if analysis.changed is not None else ""
-    print(f"{written[0]}: {args.view} after token {analysis.position} of {model.name}{changed}"
+    print(f"{written[0]}: {args.view} after token {analysis.position} of "
+          f"{model.name}{checkpoint_opt.describe(model)}{changed}"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0

@@ -65,7 +65,8 @@ def cmd_generate(args) -> int:
     text = decode(model, gen.prompt_ids + gen.new_ids)
     if args.json:
         print(json.dumps({
-            "model": model.name, "prompt_ids": gen.prompt_ids, "new_ids": gen.new_ids,
+            "model": model.name, **checkpoint_opt.entry(model), "prompt_ids": gen.prompt_ids,
+            "new_ids": gen.new_ids,
             "new_tokens": [s.token for s in gen.steps], "text": text, "stopped": gen.stopped,
             "steps": [{"id": s.id, "token": s.token, "T": s.T, "kv_bytes": s.kv_bytes,
                        "kv_held_bytes": s.kv_held, "top": s.top_json()} for s in gen.steps],
@@ -75,7 +76,7 @@ def cmd_generate(args) -> int:
     last = gen.steps[-1]
     n = len(gen.steps)
     # sizes as the Generate panel writes them, the exact count beside each
-    print(f"-- {n} new token{'s' * (n != 1)}: {STOPPED.get(gen.stopped, gen.stopped)}; K and V at the last step: "
+    print(f"-- {n} new token{'s' * (n != 1)}{checkpoint_opt.describe(model)}: {STOPPED.get(gen.stopped, gen.stopped)}; K and V at the last step: "
           f"{format_bytes(last.kv_bytes)} ({last.kv_bytes:,} bytes) for {tokens(last.T)}; held with their "
           f"arrays' room for the next positions: {format_bytes(last.kv_held)} ({last.kv_held:,} bytes)")
     return 0

@@ -75,7 +75,8 @@ def patch_report(model, result: PT.Patching, tokens_clean, tokens_corrupt) -> di
             "tokens_corrupt": list(tokens_corrupt), "position": m.position, "target": m.target,
             "alt": m.alt, "diff_clean": m.diff_clean, "diff_corrupt": m.diff_corrupt,
             "direction": result.direction, "what": result.what, "effect": result.effect.tolist(),
-            "seconds": result.seconds, **({"note": result.note} if result.note else {})}
+            "seconds": result.seconds, **({"note": result.note} if result.note else {}),
+            **checkpoint_opt.entry(model)}
 
 
 def describe_index(what: str, index: tuple, tokens_clean, tokens_corrupt) -> str:
@@ -118,7 +119,7 @@ def cmd_patch(args) -> int:
     m = result.metric
     # the tables show tokens as the window and the Patching panel label them (clean, corrupt); the
     # raw pieces are in --json
-    print(f"{model.name}: {args.what}, {args.direction}, {plural(result.runs, 'patched run')} in "
+    print(f"{model.name}{checkpoint_opt.describe(model)}: {args.what}, {args.direction}, {plural(result.runs, 'patched run')} in "
           f"{result.seconds['total']:.1f} s; at token {m.position} {quoted(clean[m.position])}")
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
           f"{quoted(token_text(model, m.alt))}): clean {plain_signed(m.diff_clean, 3)}, corrupted "

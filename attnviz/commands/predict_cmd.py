@@ -134,7 +134,7 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
         "dla_rest": {"mlp": dla.mlp.tolist(), "embed": dla.embed, "bias": dla.bias},
         "lens": [{"top_id": int(i), "top_token": token_text(model, i), "target_logprob": float(t)}
                  for i, t in zip(lens.top_ids, lens.target_logprobs)],
-        "target_logprob": float(pred.logprobs[target]),
+        "target_logprob": float(pred.logprobs[target]), **checkpoint_opt.entry(model),
     }
     if edits:
         doc["changed"] = A.describe(edits)
@@ -176,17 +176,17 @@ def _predict(model, args, prepared) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    _print_prediction(doc, cfg)
+    _print_prediction(doc, cfg, checkpoint_opt.describe(model))
     return 0
 
 
-def _print_prediction(doc, cfg) -> None:
+def _print_prediction(doc, cfg, step: str = "") -> None:
     """The table: tokens as the window labels them (token_text); the raw pieces are in --json."""
     from attnviz.figures.numbers import plain_signed  # (here: a predict alone loads no figure module)
 
     tok = doc["labels"][doc["position"]]
     target = f"{quoted(doc['target_token'])} ({doc['target']})"
-    print(f"{doc['model']}: after token {doc['position']} {quoted(tok)}"
+    print(f"{doc['model']}{step}: after token {doc['position']} {quoted(tok)}"
           + (f" ({doc['changed']})" if "changed" in doc else ""))
     for row in doc["top"]:
         print(f"  {row['id']:>7}  {row['token']:<20} p = {np.exp(row['logprob']):.3f}  "
@@ -235,15 +235,15 @@ def cmd_scan(args) -> int:
            "ranked": [{"layer": l, "head": h, "effect": e} for l, h, e in scan.ranked()],
            "position": scan.position, "target": scan.target,
            "repeat": None if scan.span is None else {"start": scan.span[0], "length": scan.span[1]},
-           "seconds": scan.seconds}
+           "seconds": scan.seconds, **checkpoint_opt.entry(model)}
     if args.json:
         print(json.dumps(doc))
         return 0
     what = (f"-log p({quoted(token_text(model, scan.target))} ({scan.target})) after token "
             f"{scan.position} {quoted(labels[scan.position])}" if loss == "next" else
             f"mean -log p over the second copy ({plural(scan.span[1] - 1, 'token')})")
-    print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {plural(scan.effect.size, 'head')} "
-          f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")
+    print(f"{model.name}{checkpoint_opt.describe(model)}: loss {what} = {scan.baseline_loss:.3f} nats; "
+          f"{plural(scan.effect.size, 'head')} zero-ablated one at a time in {scan.seconds['total']:.1f} s")
     from attnviz.figures.numbers import plain_signed  # (here: a predict alone loads no figure module)
 
     print("   rank  head      effect (nats)")

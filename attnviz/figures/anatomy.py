@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.anatomy import head_costs, head_dim_note, input_name, layer_anatomy
 from attnviz.engine.reading.byte_sizes import format_bytes
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.computing.edits import ReplaceHead, patches_at
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool
@@ -33,6 +34,7 @@ from attnviz.figures.anatomy_parts import (
     AnatomyLayout, AnatomyView, Band, Block, shape_text, signed_limit, signed_rgb, weight_color,
 )
 from attnviz.figures.anatomy_sections import SECTIONS, Cursor
+from attnviz.figures.export_view import checkpoint_entry
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures.numbers import minus_signs
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font, figure_image
@@ -87,7 +89,7 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
         anatomy=an, costs=head_costs(cfg, len(result.tokens), layer), share=head_output_share_of_heads(an.head_out, model.output_grams(layer)),
         colormap=colormap, family=cfg.family, d_model=cfg.d_model, n_head=cfg.n_head,
         n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, notes=notes, result=result, limits=limits,
-        weights=model.weights)
+        weights=model.weights, checkpoint=checkpoint_record(model))
 
 
 def layout(view: AnatomyView, width: int, text_px: float | None = None) -> AnatomyLayout:
@@ -339,4 +341,5 @@ def sidecar(view: AnatomyView, image_path, lay: AnatomyLayout) -> dict:
         "colormap": view.colormap, "scale_mode": "shared", "hide_first": False,
         "view_mode": "layer", "width": lay.width, "height": lay.height,
         "head_share": [float(x) for x in view.share], "blocks": lay.panels(),
+        **checkpoint_entry(view.checkpoint),
     }

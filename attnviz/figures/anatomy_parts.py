@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor, QFont
 
 from attnviz.engine.analysing.anatomy import BYTES, CostRow, LayerAnatomy
 from attnviz.engine.computing.patterns import group_size
+from attnviz.figures.export_view import model_title
 from attnviz.figures.render import figure_font
 from attnviz.figures.style import diverging_lut, group_color
 
@@ -103,6 +104,7 @@ class AnatomyView:
     result: object = None  # the RunResult drawn (a view of another head reuses its numbers)
     weights: object = None  # the model's Weights (a training checkpoint swaps them, same name)
     limits: dict = field(default_factory=dict)  # colour limit shared by all heads' q, k or v
+    checkpoint: dict | None = None  # {index, step, of}: the model's training step, if it has them
 
     @property
     def T(self) -> int:
@@ -114,7 +116,7 @@ class AnatomyView:
 
     def title(self) -> str:
         focus = f", head {self.head}" if self.head is not None else ""
-        return f"{self.model} \u00b7 anatomy of layer {self.layer}{focus}"
+        return f"{model_title(self.model, self.checkpoint)} \u00b7 anatomy of layer {self.layer}{focus}"
 
 
 @dataclass

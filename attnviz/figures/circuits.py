@@ -27,6 +27,7 @@ from attnviz.engine.analysing.circuits import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
+from attnviz.figures.export_view import checkpoint_entry, model_title
 from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import score_text, signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
@@ -61,6 +62,7 @@ class CircuitsView:
     # weight) where the token is the head's top key at a picked query, else None
     ov: tuple | None = None
     rope: bool = True  # the model rotates queries and keys (the scores leave that out: ROPE_NOTE)
+    checkpoint: dict | None = None  # {index, step, of}: the training step scored, if any
 
     def note(self) -> str:
         """The line under the title: that the scores leave RoPE out, for a model that has it."""
@@ -72,7 +74,7 @@ class CircuitsView:
         return "No copying map." + (f" {why[:1].upper()}{why[1:]}." if why else "")
 
     def title(self) -> str:
-        return f"Circuits of {self.model}: OV copying, composition, OV top tokens"
+        return f"Circuits of {model_title(self.model, self.checkpoint)}: OV copying, composition, OV top tokens"
 
     def partners(self) -> dict:
         return {} if self.focus is None else partners(self.composition, *self.focus)
@@ -127,12 +129,13 @@ class CircuitsView:
 
 
 def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None, ov=None,
-                  rope: bool = True) -> CircuitsView:
+                  rope: bool = True, checkpoint: dict | None = None) -> CircuitsView:
     if circuits is None:
         raise ExportError("no circuit scores yet: show the Circuits tab and wait for them")
     view = CircuitsView(model, circuits.copying, circuits.no_copying or "", circuits.composition,
                         None if kv_group is None else np.asarray(kv_group),
-                        None if focus is None else tuple(focus), {}, ov, bool(rope))
+                        None if focus is None else tuple(focus), {}, ov, bool(rope),
+                        dict(checkpoint) if checkpoint else None)
     if badge is not None and view.focus is not None:
         view.badges.update({(l, h): badge(l, h) for ps in view.partners().values() for l, h, _ in ps})
     return view
@@ -233,7 +236,7 @@ def numbers(view: CircuitsView) -> dict:
     """`attnviz circuits --json`'s keys, with the focused head's partners and the note."""
     out = {"model": view.model, **({"note": view.note()} if view.note() else {}),
            "copying": copying_numbers(view.copying),
-           "composition": composition_numbers(view.composition)}
+           "composition": composition_numbers(view.composition), **checkpoint_entry(view.checkpoint)}
     if view.copying is None:
         out["no_copying"] = view.no_copying
     elif np.isnan(view.copying).any():  # (attnviz circuits --json's words)

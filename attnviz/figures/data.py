@@ -23,7 +23,7 @@ from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index
 from attnviz.engine.reading.file_write import temp_beside
 from attnviz.engine.reading.validate import os_reason, read_json_object
-from attnviz.figures.export_view import ExportView
+from attnviz.figures.export_view import ExportView, checkpoint_entry
 from attnviz.figures.view import Shown
 
 # the colormaps the window offers (pyqtgraph's names; style.colormap_colors samples them)
@@ -192,8 +192,7 @@ def json_text(view: ExportView) -> str:
                  "all": ["layer", "head", "query", "key"]}[view.scope],
         "weights": None,
     }
-    if view.checkpoint:
-        doc["checkpoint"] = view.checkpoint
+    doc.update(checkpoint_entry(view.checkpoint))
     weights = _nested(view.selected(), fmt_all(view.selected(), "null"))  # undefined: null
     head, tail = json.dumps(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
     return head + '"weights": ' + weights + tail + "\n"
@@ -250,7 +249,7 @@ def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, he
         "view_mode": "all" if view.scope == "all" else "layer",
         "width": int(width), "height": int(height),
         "panels": panels,
-        **({"checkpoint": view.checkpoint} if view.checkpoint else {}),
+        **checkpoint_entry(view.checkpoint),
         **({"ablation": view.ablation} if view.ablation else {}),  # (File -> Open view restores it)
     }
 

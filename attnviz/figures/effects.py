@@ -21,6 +21,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
+from attnviz.figures.export_view import checkpoint_entry, model_title
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.numbers import signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
@@ -48,12 +49,13 @@ class EffectsView:
     kv_group: np.ndarray
     typed: tuple = ("", "")  # the target and alternative as typed ("": the top two)
     display: dict | None = None  # the heatmap options the sidecar records (layer, colormap, ...)
+    checkpoint: dict | None = None  # {index, step, of}: the training step run, if any
 
     def title(self) -> str:
         a = self.analysis
         where = f"after {quoted(self.labels[a.position])} (token {a.position})"
         name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[self.kind]
-        return f"{name} {where}, {self.model}"
+        return f"{name} {where}, {model_title(self.model, self.checkpoint)}"
 
     def changed_line(self) -> str:
         ab = self.analysis.ablation
@@ -66,7 +68,7 @@ DISPLAY = {"layer": 0, "head": None, "scope": "layer", "view_mode": "layer", "co
 
 
 def effects_view(kind: str, analysis, *, model: str, result, kv_group, typed=("", ""),
-                 display: dict | None = None) -> EffectsView:
+                 display: dict | None = None, checkpoint: dict | None = None) -> EffectsView:
     """`display`: the window's layer, focus and heatmap options, kept in the sidecar (DISPLAY's keys)."""
     if kind not in VIEWS:
         raise ExportError(f"unknown view {kind!r}; one of {', '.join(VIEWS)}")
@@ -77,7 +79,8 @@ def effects_view(kind: str, analysis, *, model: str, result, kv_group, typed=(""
                           "tokens of the text shown: it is of another text")
     return EffectsView(kind, model, result.text, list(result.tokens), list(result.labels),
                        [int(i) for i in result.input_ids], analysis, np.asarray(kv_group),
-                       (str(typed[0]), str(typed[1])), {**DISPLAY, **(display or {})})
+                       (str(typed[0]), str(typed[1])), {**DISPLAY, **(display or {})},
+                       dict(checkpoint) if checkpoint else None)
 
 
 def lens_ranks(lens) -> np.ndarray:  # [n_layer] the target's rank counted from 1 (1: the layer's top-1)
@@ -96,7 +99,7 @@ def numbers(view: EffectsView) -> dict:
            "position": a.position, "target": a.target, "alt": a.alt,
            "target_token": a.label(a.target), "alt_token": a.label(a.alt),
            "ablation": a.ablation.to_json() if a.ablation.active else None,
-           "changed": a.changed is not None}
+           "changed": a.changed is not None, **checkpoint_entry(view.checkpoint)}
     if view.kind == "prediction":
         out["top"] = _top(a, a.clean)
         if a.changed is not None:

@@ -13,6 +13,18 @@ from attnviz.engine.reading.token_text import plural
 from attnviz.engine.computing.patterns import head_title, no_weight_rows
 
 
+def model_title(model: str, checkpoint: dict | None) -> str:
+    """The model as a picture's title names it: with its training step for a model with
+    checkpoints ("attnviz-toy-stdlib · step 2,000"; `checkpoint`: checkpoints.checkpoint_record's)."""
+    return f"{model} \u00b7 step {checkpoint['step']:,}" if checkpoint else model
+
+
+def checkpoint_entry(checkpoint: dict | None) -> dict:
+    """{"checkpoint": {index, step, of}} for a JSON export or sidecar of a model with training
+    checkpoints (File > Open view moves the Training step slider there), else {}."""
+    return {"checkpoint": dict(checkpoint)} if checkpoint else {}
+
+
 @dataclass(frozen=True, eq=False)
 class ExportView:
     """One export: which heads, which numbers and how they are coloured."""
@@ -107,7 +119,6 @@ class ExportView:
             where = f"layer {self.layer}, all {plural(len(self.heads), 'head')}"
         else:
             where = f"all {plural(len(self.layers), 'layer')} \u00d7 {plural(len(self.heads), 'head')}"
-        step = f" \u00b7 step {self.checkpoint['step']:,}" if self.checkpoint else ""
         weighted = " \u00b7 value-weighted" if self.value_weighted else ""
         changed = f" \u00b7 {self.changed}" if self.changed else ""
-        return f"{self.model}{step} \u00b7 {where}{weighted}{changed}"
+        return f"{model_title(self.model, self.checkpoint)} \u00b7 {where}{weighted}{changed}"

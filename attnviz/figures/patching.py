@@ -36,6 +36,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patch_blocks as B
 from attnviz.figures.compare import bar_label_width, paint_colour_bar
+from attnviz.figures.export_view import checkpoint_entry, model_title
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.headmap import colour
 from attnviz.figures.render import TEXT, figure_exports, figure_font
@@ -76,6 +77,7 @@ class PatchView:
     labels_clean: tuple = ()  # readable labels of the tokens (the grid's); () : the tokens
     labels_corrupt: tuple = ()
     note: str = ""  # what the map cannot show (patching.Patching.note)
+    checkpoint: dict | None = None  # {index, step, of}: the training step patched, if any
 
     def label(self, t: int, corrupt: bool = False) -> str:
         labels = (self.labels_corrupt or self.tokens_corrupt) if corrupt else (self.labels_clean or self.tokens_clean)
@@ -127,7 +129,7 @@ class PatchView:
 
     def title(self) -> str:
         scope = f" of L{self.layer}" if self.what == "head_out_by_pos" else ""
-        return f"Patching {self.what}{scope} ({self.direction}), {self.model}"
+        return f"Patching {self.what}{scope} ({self.direction}), {model_title(self.model, self.checkpoint)}"
 
     def metric_line(self) -> str:
         return (f"at {self.position} {quoted(self.label(self.position))}: diff = logit({quoted(self.target_text)}) "
@@ -139,7 +141,8 @@ class PatchView:
 
 def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,
                alt_text: str, layer: int | None = None, kv_group=None, focus=None, text: str = "",
-               corrupt: str = "", display: dict | None = None, labels=((), ())) -> PatchView:
+               corrupt: str = "", display: dict | None = None, labels=((), ()),
+               checkpoint: dict | None = None) -> PatchView:
     m = result.metric
     return PatchView(model_name, result.what, result.direction, np.asarray(result.effect, np.float64),
                      tuple(tokens_clean), tuple(tokens_corrupt), m.position, m.target, m.alt,
@@ -147,7 +150,7 @@ def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_tex
                      layer if result.what == "head_out_by_pos" else None,
                      None if kv_group is None else np.asarray(kv_group), focus, text, corrupt,
                      tuple((display or {}).items()), tuple(labels[0]), tuple(labels[1]),
-                     getattr(result, "note", ""))
+                     getattr(result, "note", ""), dict(checkpoint) if checkpoint else None)
 
 
 @dataclass
@@ -336,7 +339,7 @@ def numbers(view: PatchView) -> dict:
             "diff_corrupt": view.diff_corrupt, "direction": view.direction, "what": view.what,
             "patch_layer": view.layer,
             "effect": json.loads(json.dumps(eff.tolist()).replace("NaN", "null")),
-            **({"note": view.note} if view.note else {})}
+            **({"note": view.note} if view.note else {}), **checkpoint_entry(view.checkpoint)}
 
 
 def number_bytes(view: PatchView, fmt: str) -> bytes:

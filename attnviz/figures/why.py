@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from attnviz.engine.analysing.qk import QKAttribution
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import plural, quoted
+from attnviz.figures.export_view import checkpoint_entry, model_title
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.numbers import plain_number, signed as _signed
@@ -61,6 +62,7 @@ class WhyView:
     ids: list
     attribution: QKAttribution
     display: dict | None = None  # the window's heatmap options, for the sidecar (effects.DISPLAY's keys)
+    checkpoint: dict | None = None  # {index, step, of}: the training step computed on, if any
 
     def title(self) -> str:
         a = self.attribution
@@ -72,14 +74,15 @@ class WhyView:
         note = self.attribution.note
         return (f"score {signed(self.attribution.score)} (before the softmax); parts add to "
                 f"{signed(self.attribution.total())}{'; ' + words if words else ''}{'; ' + note if note else ''}"
-                f" · {self.model}")
+                f" · {model_title(self.model, self.checkpoint)}")
 
 
-def why_view(attribution: QKAttribution, *, model: str, result, display: dict | None = None) -> WhyView:
+def why_view(attribution: QKAttribution, *, model: str, result, display: dict | None = None,
+             checkpoint: dict | None = None) -> WhyView:
     if attribution is None or result is None:
         raise ExportError("no Why here? cell yet: click a cell of the focused head")
     return WhyView(model, result.text, list(result.labels), [int(i) for i in result.input_ids],
-                   attribution, display)
+                   attribution, display, checkpoint)
 
 
 def heads_of(components) -> tuple[tuple[int, int], ...]:
@@ -313,7 +316,7 @@ def numbers(view: WhyView) -> dict:
             "components": list(a.components), "table": a.table.tolist(),
             "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
             "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top()],
-            **({"note": a.note} if a.note else {})}
+            **({"note": a.note} if a.note else {}), **checkpoint_entry(view.checkpoint)}
 
 
 def number_bytes(view: WhyView, fmt: str) -> bytes:

@@ -74,7 +74,7 @@ def effects_view(state, kind: str):
     analysis = eff.analysis_of(r) or _analyse_now(state)
     layer, head = state.focus if state.focus is not None else (state.layer, None)
     return make(kind, analysis, model=state.model_name, result=r, kv_group=r.kv_group,
-                typed=(eff.target, eff.alt),
+                typed=(eff.target, eff.alt), checkpoint=checkpoint_record(state.model),
                 display={"layer": layer, "head": head, "scope": "head" if head is not None else "layer",
                          "view_mode": state.view_mode, "colormap": state.colormap,
                          "scale_mode": state.scale_mode, "hide_first": state.hide_first,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from attnviz.cli import main
 from attnviz.engine.reading.registry import TOY_MODEL
+from attnviz.figures.data import open_sidecar
 
 REPEATED = "The parser reads the token stream. The parser reads the token stream."
 
@@ -106,3 +107,40 @@ def test_a_checkpoint_that_is_not_an_integer_is_a_usage_error(capsys):
     assert exc.value.code == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "--checkpoint: expected an integer, got 'last'" in lines[0]
+
+
+CLEAN, CORRUPT = "def add(a, b): return a + b", "def add(a, c): return a + c"
+RUNS = {  # the commands that run a model at --checkpoint, beyond those above
+    "predict": ["predict", "--text", CLEAN],
+    "ablation-scan": ["ablation-scan", "--text", CLEAN],
+    "patch": ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--what", "head_out"],
+    "generate": ["generate", "--text", CLEAN, "--max-new", "2"],
+    "qk-attribution": ["qk-attribution", "--text", CLEAN, "--layer", "1", "--head", "0", "--query",
+                       "5", "--key", "3"],
+    "circuits": ["circuits"],
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_every_command_names_the_checkpoint_it_ran_and_its_json_records_it(name, capsys, ckpts):
+    argv = [*RUNS[name], "--model", TOY_MODEL, "--checkpoint", "5"]
+    words = f" at checkpoint 5 of 0..{len(ckpts) - 1} (step {ckpts.infos[5].step})"
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    said = out[1] if name == "generate" else out[0]  # (generate prints the text first)
+    assert words in said, said
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["checkpoint"] == {"index": 5, "step": ckpts.infos[5].step, "of": len(ckpts)}
+
+
+@pytest.mark.parametrize("view", ["anatomy", "prediction", "lens", "dla"])
+def test_exported_views_record_the_checkpoint_in_their_title_and_sidecar(view, tmp_path, capsys,
+                                                                         ckpts):
+    out = tmp_path / "v.png"
+    assert main(["export", "--model", TOY_MODEL, "--text", CLEAN, "--view", view, "--checkpoint", "5",
+                 "--out", str(out)] + (["--layer", "1"] if view == "anatomy" else [])) == 0
+    step = ckpts.infos[5].step
+    assert f" at checkpoint 5 of 0..{len(ckpts) - 1} (step {step})" in capsys.readouterr().out
+    meta = open_sidecar(out)
+    assert meta["checkpoint"] == {"index": 5, "step": step, "of": len(ckpts)}

@@ -143,7 +143,7 @@ def test_a_map_of_texts_changed_since_is_dimmed_and_says_which_texts(qtbot, win)
     QApplication.sendEvent(p.map, QMouseEvent(QEvent.Type.MouseMove, QPointF(x, y), p.map.mapToGlobal(QPointF(x, y)),
                                               Qt.MouseButton.NoButton, Qt.MouseButton.NoButton,
                                               Qt.KeyboardModifier.NoModifier))
-    assert p.map.hover_text == f"L0 H0: effect {values[0, 0]:+.4f} (for the earlier texts)".replace("-", "\u2212")
+    assert p.map.hover_text == f"L0 H0: effect {values[0, 0]:+.4f} (computed before the change the line above names)".replace("-", "\u2212")
     # back to the texts it was computed for: bright again
     p.corrupt_box.setText(CORRUPT)
     assert p.stale.isHidden() and p.sides_label.isEnabled()

@@ -95,10 +95,10 @@ class EffectsJobs(QObject):
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
         st.sigTextChanged.connect(self._on_text)
         st.sigModelChanged.connect(self._on_model)
+        st.sigWeightsChanged.connect(lambda _m: self.cancel_scan())  # (another training step too)
         st.sigResultChanged.connect(self._on_result)  # (connected before the views: called first)
 
     def _on_model(self, _model) -> None:
-        self.cancel_scan()
         self.worker.cancel(ANALYSIS_KIND)
         self._ahead = True
         self._grid_wanted = False

@@ -44,6 +44,7 @@ class Effects(QObject):
         self.scan_running = False
         self._query_wanted = None  # (text, position): a saved view's query, set once its result is in
         state.sigModelChanged.connect(self._on_model)
+        state.sigWeightsChanged.connect(self._on_weights)
         state.sigResultChanged.connect(self._query_follows)
         state.sigResultChanged.connect(self._on_no_tokens)
 
@@ -176,6 +177,9 @@ class Effects(QObject):
         self.set_ablation(CLEAN)  # heads of another shape
         if self.analysis is not None or self.note:
             self.set_analysis(None)
+
+    def _on_weights(self, _model) -> None:
+        """Another model or training step: the scan was of the old weights."""
         if self.scan is not None or self.scan_note or self.scan_running:
             self.set_scan(None)
 

@@ -168,7 +168,7 @@ class GenerationState(QObject):
         self.shown = -1
         self.refused = ""  # why the last request started nothing (the runner's one-line message)
         state.sigTextChanged.connect(self._on_text)
-        state.sigModelChanged.connect(self._on_model)
+        state.sigWeightsChanged.connect(self._on_model)  # (another training step's steps differ too)
 
     def begin(self, prompt_text: str) -> None:
         self.prompt_text, self.prompt_ids, self.steps = prompt_text, [], []
@@ -228,7 +228,8 @@ class GenerationState(QObject):
         self.state.set_text_marks(() if span is None else (span,))
 
     def _on_model(self, _model) -> None:
-        """Another model: a generation under way ends, and the steps go (they are the old model's)."""
+        """Another model or training step: a generation under way ends, and the steps go (they
+        are the old weights')."""
         if self.running:
             self.sigStopWanted.emit()
         had = self.running or self.steps

@@ -279,7 +279,7 @@ class PatchJobs(QObject):
 
     def _on_done(self, request, value, error) -> None:
         ask, job_id = request
-        if job_id != self._job_id or ask.model is not self.state.model:
+        if job_id != self._job_id:  # (a new model cancels; another training step's map is dimmed)
             return
         self.running, self._job_id = False, None
         if error is not None:

@@ -36,6 +36,10 @@ class AppState(QObject, HeadScoresState):
     sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
     sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.computing.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
+    # `model` is another object: a new model (after sigModelChanged) or another training step of it
+    # (after sigCheckpointChanged). What is computed from the weights (circuit scores, a scan, a
+    # patching map, generated steps) follows this one signal.
+    sigWeightsChanged = Signal(object)
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     # source, outcome ("loaded", "failed", "budget": failed, the memory budget chosen below one
     # layer, "cancelled"), message
@@ -216,6 +220,7 @@ class AppState(QObject, HeadScoresState):
         if clamped:
             self.layer = model.config.n_layer - 1
         self.sigModelChanged.emit(model)
+        self.sigWeightsChanged.emit(model)
         self.set_head_labels(None)
         self.set_overlay(None)
         self.set_focus(None)
@@ -259,6 +264,7 @@ class AppState(QObject, HeadScoresState):
         self.checkpoint = index
         self.model = self.checkpoints.model(index)
         self.sigCheckpointChanged.emit(index)
+        self.sigWeightsChanged.emit(self.model)
 
     def checkpoint_info(self):
         """The CheckpointInfo shown (step, scores), or None for a model without checkpoints."""

@@ -7,8 +7,8 @@ ui/panels/circuits_panel.py), through the app's one runner (Worker), newest wins
   do run of the result where there is one, else a run of the result's own token ids made here and
   kept for the next cell of the same text. The cell is kept by position while the text has it.
 - circuits ('circuits'): the weight-space scores of the model (engine/analysing/circuits.py) on a
-  thread of their own, with progress, once per model (kept while the model lives); a new model
-  stops the old one's at its next layer.
+  thread of their own, with progress, once per model or training step (kept while it lives); new
+  weights (another model or step) stop the old one's at the next layer.
 - ov top ('ov-top'): what the focused head writes for a picked token, on the pool."""
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class WhyJobs(QObject):
         self.cell: tuple[int, int, int, int] | None = None
         self.attribution = None  # qk.QKAttribution of `cell` on the state's result
         self.attributed = None  # the RunResult `attribution` is of (an older one until the rerun)
+        self.attributed_by = None  # the model (training step) `attribution` was computed with
         self.note = "Click a cell of the focused head (or right-click it: Why here?)."
         self.busy = False
         self.shown = False
@@ -56,8 +57,11 @@ class WhyJobs(QObject):
 
     # --- what the panel sets -------------------------------------------------------------------
     def set_shown(self, shown: bool) -> None:
+        """The panel in sight or not; shown, it computes what it lacks: an attribution, or one of
+        the weights shown (the training step moved while it was hidden)."""
         self.shown = bool(shown)
-        if self.shown and self.cell is not None and self.attribution is None and not self.busy:
+        if self.shown and self.cell is not None and not self.busy and (
+                self.attribution is None or self.attributed_by is not self.state.model):
             self.request()
 
     def set_cell(self, layer: int, head: int, query: int, key: int) -> None:
@@ -146,7 +150,7 @@ class WhyJobs(QObject):
             self.attribution, self.note = None, describe_error(error)
         else:
             trace, self.attribution = value
-            self.attributed = result
+            self.attributed, self.attributed_by = result, model
             if st.effects.run_of(result) is None:
                 self._trace = (model, ids, trace)
             self.note = ""
@@ -174,7 +178,7 @@ class CircuitsJobs(QObject):
         self.ov_note = ""
         self._job_id = None
         self._sigProgress.connect(self._on_progress)
-        state.sigModelChanged.connect(self._on_model)
+        state.sigWeightsChanged.connect(self._on_model)  # (a training step's scores are its own)
 
     def cached(self, model):
         for ref, c in self._cache:

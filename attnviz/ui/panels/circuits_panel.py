@@ -1,5 +1,5 @@
 """The Circuits tab: the model's weight-space circuit scores (engine/analysing/circuits.py),
-computed once per model in the background (ui/machinery/why_jobs.py) with progress. It shows the
+computed once per model (and per training step) in the background (ui/machinery/why_jobs.py) with progress. It shows the
 OV copying map (layers x heads, in the grid's head order; click a head to focus it), the focused
 head's top Q-, K- and V-composition partners among earlier heads with their role badges, and what
 the focused head writes from the key it attends to most at the query picked in the token strip
@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing.circuits import ZERO_OV
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.figures import circuits as fig
 from attnviz.ui.panels.dla_view import HeadMapView
 from attnviz.ui.views.fields import plain_label
@@ -61,7 +62,7 @@ class CircuitsPanel(QWidget):
         state.sigQueryChanged.connect(self._on_pick)
         state.sigResultChanged.connect(self._on_pick)
         state.sigHeadLabelsChanged.connect(self._draw_lines)
-        state.sigModelChanged.connect(lambda _m: self.shown and self.jobs.request())
+        state.sigWeightsChanged.connect(lambda _m: self.shown and self.jobs.request())
         self.refresh()
 
     def set_shown(self, shown: bool) -> None:
@@ -77,7 +78,8 @@ class CircuitsPanel(QWidget):
         kv = st.model.kv_group if st.model is not None else None
         rope = st.model is not None and st.model.config.rope is not None  # (the note: with RoPE only)
         return fig.circuits_view(c, model=st.model_name, kv_group=kv, focus=st.focus,
-                                 badge=st.badge, ov=self.jobs.ov, rope=rope)
+                                 badge=st.badge, ov=self.jobs.ov, rope=rope,
+                                 checkpoint=checkpoint_record(st.model))  # (the scores are its)
 
     def refresh(self) -> None:
         j = self.jobs

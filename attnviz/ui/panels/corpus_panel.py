@@ -129,7 +129,7 @@ class CorpusPanel(QWidget):
         self.scatter_w.points.sigClicked.connect(self._on_point_clicked)
         self.examples.itemActivated.connect(self._on_example)
         self.examples.itemClicked.connect(self._on_example)
-        self.state.sigModelChanged.connect(self._check_model)
+        self.state.sigWeightsChanged.connect(self._check_model)  # (a training step has files of its own)
         self.state.sigResultChanged.connect(self._on_result)
         self.state.sigFocusChanged.connect(self._on_focus)
         self.state.sigDisplayChanged.connect(self._on_display)

@@ -18,7 +18,8 @@ from attnviz.ui.views.fields import plain_tip
 from attnviz.ui.views.painted import window_origin
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
-DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have changed since
+DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts (settings, step) have changed since
+DIMMED = " (computed before the change the line above names)"  # a dimmed map's hover read-out ends so
 
 
 class PatchMap(QWidget):
@@ -30,7 +31,7 @@ class PatchMap(QWidget):
         self.lay: fig.PatchLayout | None = None
         self.on_head = on_head
         self.hover_text = ""
-        self.dim = False  # the texts have changed since (PatchingPanel.stale_line)
+        self.dim = False  # the texts, settings or training step have changed since (PatchingPanel.stale_line)
         self.setMouseTracking(True)
         self.setMinimumSize(200, 160)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -76,7 +77,7 @@ class PatchMap(QWidget):
 
     def mouseMoveEvent(self, ev) -> None:
         cell = self.hit_at(ev.position().x(), ev.position().y())
-        text = "" if cell is None else fig.readout(self.view, *cell) + (" (for the earlier texts)" if self.dim else "")
+        text = "" if cell is None else fig.readout(self.view, *cell) + (DIMMED if self.dim else "")
         if text != self.hover_text:
             self.hover_text = text
             self.setToolTip(plain_tip(text))  # (it quotes token labels)
@@ -144,7 +145,7 @@ class PatternPair(QWidget):
 
     def mouseMoveEvent(self, ev) -> None:
         text = self.readout_at(ev.position().x(), ev.position().y())
-        text += " (for the earlier texts)" if text and self.dim else ""
+        text += DIMMED if text and self.dim else ""
         if text != self.hover_text:
             self.hover_text = text
             self.setToolTip(plain_tip(text))  # (it quotes token labels)

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing.predict import TOKEN_RULE
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.reading.token_text import tokens
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patching as fig
@@ -62,6 +63,15 @@ def _id_text(token: int | None) -> str:  # a token as the Target and Alt boxes t
     return "" if token is None else f"#{token}"
 
 
+def _step_line(was, now) -> str:
+    """That the map is of another training step than the model shown ('' where it is not)."""
+    a, b = checkpoint_record(was), checkpoint_record(now)
+    if was is now or a is None or b is None:
+        return ""
+    return (f"Shown for training step {a['step']:,}; the model is at step {b['step']:,} now: "
+            "Run computes it for that step.")
+
+
 def _sentence(text: str) -> str:  # (str.capitalize would lower the swapped names)
     return text[:1].upper() + text[1:]
 
@@ -84,6 +94,7 @@ class PatchingPanel(QWidget):
         self.corrupt_box.textChanged.connect(self._on_corrupt)
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_model())
+        state.sigWeightsChanged.connect(lambda _m: self._show_stale())  # another training step
         state.sigFocusChanged.connect(self._on_focus)
         state.sigDisplayChanged.connect(self._on_display)
         self.what_box.currentTextChanged.connect(lambda _t: self._sync_layer())
@@ -349,18 +360,20 @@ class PatchingPanel(QWidget):
         self._show_stale()
 
     def stale_line(self) -> str:
-        """What the map and predictions shown were computed for, where a box has changed since
-        ('' when they are what the boxes ask, or nothing is shown): the texts, then the settings."""
+        """What the map and predictions shown were computed for, where it has changed since ('' when
+        they are what the boxes and the model ask, or nothing is shown): the training step, the
+        texts, then the settings."""
         a = self.jobs.ask
         if a is None or (self.jobs.result is None and self.jobs.sides is None):
             return ""
         changed = [name for name, was, now in (("clean", a.clean, self.state.text),
                                                ("corrupted", a.corrupt, self.corrupt_box.text())) if was != now]
-        line = ""
+        line = _step_line(a.model, self.state.model)
         if changed:
             texts = "texts have" if len(changed) == 2 else "text has"
-            line = (f"Shown for the clean text {_quote(a.clean)} and the corrupted text {_quote(a.corrupt)}. "
-                    f"The {' and the '.join(changed)} {texts} changed since: Run computes it for the new ones.")
+            line += (" " if line else "") + (
+                f"Shown for the clean text {_quote(a.clean)} and the corrupted text {_quote(a.corrupt)}. "
+                f"The {' and the '.join(changed)} {texts} changed since: Run computes it for the new ones.")
         settings = [name for name, was, now in (
             ("what to patch", a.what, self.what_box.currentText()),
             ("layer", a.layer if a.what == "head_out_by_pos" else None,
@@ -410,7 +423,7 @@ class PatchingPanel(QWidget):
                                "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first,
                                "patch_position": a.position_asked, "patch_target": _id_text(a.target),
                                "patch_alt": _id_text(a.alt)},
-                              (a.labels_clean, a.labels_corrupt))
+                              (a.labels_clean, a.labels_corrupt), checkpoint_record(a.model))
 
     def pick_head(self, layer: int, head: int) -> None:
         """Its pattern on both texts, and the head focused in the grid."""

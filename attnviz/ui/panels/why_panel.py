@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QSizePolicy, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.computing.patterns import head_key
 from attnviz.figures import why as fig
 from attnviz.ui.views.fields import plain_label, plain_tip
@@ -114,6 +115,7 @@ class WhyPanel(QWidget):
         if a is None or r is None:  # (the text and tokens are those of the run the numbers are of)
             return None
         return fig.why_view(a, model=st.model_name, result=r,
+                            checkpoint=checkpoint_record(self.jobs.attributed_by),
                             display={"colormap": st.colormap, "scale_mode": st.scale_mode,
                                      "hide_first": st.hide_first, "view_mode": st.view_mode})
 
