@@ -11,7 +11,7 @@ import numpy as np
 from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.engine.reading.token_text import quoted
-from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice
+from attnviz.commands.checks import check_out, fraction, parse_ids, refuse_options, show_notice
 from attnviz.engine import WINDOW_MODEL, load_model
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import (
@@ -51,9 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
     src.add_argument("--probe", action="store_true",
                      help="the repeated-random probe (as `attnviz heads --probe`)")
-    p.add_argument("--threshold", type=float, default=C.INDUCTION_THRESHOLD, metavar="S",
-                   help="induction strength a head needs in A to count, and to survive in B "
-                        "(default: %(default)s)")
+    p.add_argument("--threshold", type=fraction, default=C.INDUCTION_THRESHOLD, metavar="S",
+                   help="induction strength (0 < S <= 1) a head needs in A to count, and to survive "
+                        "in B (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a report")
     p.add_argument("--out", metavar="FILE", help="also write the JSD map: .csv (layer, head, jsd, "
                    "jsd_max), .json (the whole document) or .png (the layers x heads map)")

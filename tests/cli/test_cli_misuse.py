@@ -102,6 +102,12 @@ MISUSE = [
      r"Could not load model B \(no-such-model-xyz\)\. No model named 'no-such-model-xyz'"),
     ("compare-unknown-type", ["compare", *TB, "--quantize", "Q3_K", "--ids", "1,2"],
      r"quantized to Q3_K\. Cannot quantize to 'Q3_K'"),
+    # a threshold no strength reaches, or every one does, is refused before JSON could hold NaN
+    *[(f"compare-threshold-{v}", ["compare", *TB, "--against-checkpoint", "0", "--probe", "--json",
+                                  f"--threshold={v}"], rf"argument --threshold: must be a number in \(0, 1\], got {v} \(see")
+      for v in ("nan", "inf", "-inf", "-0.5", "0", "1.5")],
+    ("compare-threshold-word", ["compare", *TB, "--against", "x", "--probe", "--threshold", "half"],
+     r"argument --threshold: expected a number, got 'half'"),
     # -- scan and scan-report (the corpus and the folder checked before anything is written)
     ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
     ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],
