@@ -5,7 +5,6 @@ split into query-side x key-side parts of the residual stream), and the weight-s
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.request import RunRequest
 from attnviz.figures.numbers import plain_signed, score_text
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
@@ -86,7 +86,7 @@ def cmd_qk(args) -> int:
     show_notice(args.command, result)
     doc = qk_report(model, result, args.layer, args.head, args.query, args.key)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
     print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} "
@@ -170,7 +170,7 @@ def cmd_circuits(args) -> int:
     circ = C.circuits(model)
     doc = circuits_report(model, circ, ov)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     print(f"{model.name}: {ROPE_NOTE}" if "note" in doc else model.name)
     if circ.copying is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 OUT_SUFFIXES = (".csv", ".json", ".png")
 MOVED = 10  # heads listed in the plain report
@@ -127,7 +127,7 @@ def cmd_compare(args) -> int:
     if out is not None:
         write_out(out, doc, a)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
     else:
         print_report(doc)
     return 0
@@ -139,7 +139,7 @@ def write_out(out: Path, doc: dict, a) -> None:
 
     fmt = out.suffix.lower()
     if fmt == ".json":
-        data = (json.dumps(doc) + "\n").encode("utf-8")
+        data = (strict_json(doc) + "\n").encode("utf-8")
     elif fmt == ".csv":
         from attnviz.figures.compare_csv import csv_text  # (no Qt: a text export)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import tokens
@@ -11,6 +10,7 @@ from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
     KERNELS_STEPS, add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head,
     show_notice)
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +64,7 @@ def cmd_generate(args) -> int:
     show_notice("generate", gen)
     text = decode(model, gen.prompt_ids + gen.new_ids)
     if args.json:
-        print(json.dumps({
+        print(strict_json({
             "model": model.name, "prompt_ids": gen.prompt_ids, "new_ids": gen.new_ids,
             "new_tokens": [s.token for s in gen.steps], "text": text, "stopped": gen.stopped,
             "steps": [{"id": s.id, "token": s.token, "T": s.T, "kv_bytes": s.kv_bytes,
