@@ -58,7 +58,8 @@ MISUSE = [
      r"token id 42 at position 1 is outside this model's vocabulary 0\.\.41"),
     ("ids-huge", ["attention", *TB, "--ids", "9" * 30, *OUT_NPZ], r"too large to be a token id"),
     ("ids-too-many", ["attention", *TB, "--ids", ",".join(["5"] * 70), *OUT_NPZ],
-     r"sequence of 70 tokens is longer than this model's 64 positions.*\(--truncate on the command line\)$"),
+     r"sequence of 70 tokens is longer than this model's 64 positions: shorten the text, or give "
+     r"--truncate to cut it to 64 tokens$"),
     ("text-too-long", ["attention", *TB, "--text", "the " * 70, *OUT_NPZ],
      r"sequence of 71 tokens is longer than this model's 64 positions"),
     ("text-empty-on-a-decoder-without-bos", ["attention", "--model", "{bytes}", "--text", "", *OUT_NPZ],
@@ -216,6 +217,14 @@ MISUSE = [
                                "0", "--query", "5", "--key", "0"], r"query position 5 is outside the 3 tokens"),
     ("qk-layer-outside", ["qk-attribution", *TB, "--text", "the cat", "--layer", "2", "--head", "0",
                           "--query", "1", "--key", "0"], r"layer 2 is outside this model's layers 0\.\.1"),
+    # a text too long: only "shorten the text" where the command has no --truncate to offer
+    ("patch-text-too-long", ["patch", *TB, "--clean", "the " * 70, "--corrupt", "a " + "the " * 69,
+                             "--what", "resid"], r"64 positions: shorten the text$"),
+    ("qk-text-too-long", ["qk-attribution", *TB, "--text", "the " * 70, "--layer", "1", "--head", "0",
+                          "--query", "1", "--key", "0"], r"64 positions: shorten the text$"),
+    ("compare-text-too-long", ["compare", *TB, "--against", "attnviz-textbook", "--text", "the " * 70],
+     r"64 positions: shorten the text$"),
+    ("predict-text-too-long", ["predict", *TB, "--text", "the " * 70], r"64 positions: shorten the text$"),
     ("circuits-head-alone", ["circuits", *TB, "--head", "1.0"], r"--head and --token go together"),
     ("circuits-bad-token", ["circuits", *TB, "--head", "1.0", "--token", "the cat"], r"'the cat' is 2 tokens"),
     # -- export
@@ -462,3 +471,16 @@ def test_subprocess_text_that_is_not_utf8(tmp_path):
         "attnviz attention: note: 1 lone surrogate (U+D800..U+DFFF, not characters) replaced by "
         "U+FFFD \ufffd"]
     assert np.load(tmp_path / "a.npz")["tokens"].tolist()[:2] == ["<|bos|>", "the"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["attention", *TB, "--text", "the " * 70, "--out", "{out}/a.npz"],
+    ["heads", *TB, "--text", "the " * 70],
+    ["find", *TB, "--text", "the cat " + "the " * 70, "--from", "cat", "--to", "the@1"],
+    ["export", *TB, "--text", "the " * 70, "--out", "{out}/a.csv"],
+], ids=lambda argv: argv[0])
+def test_the_truncate_a_too_long_text_is_told_to_use_is_this_commands_own(argv, where, tmp_path, capsys):
+    rc, _, err = run_cli(fill(argv, where, tmp_path), capsys)
+    assert rc == 2 and err.rstrip().endswith("shorten the text, or give --truncate to cut it to 64 tokens"), err
+    rc, _, err = run_cli(fill(argv, where, tmp_path) + ["--truncate"], capsys)
+    assert rc == 0, err
