@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
     src.add_argument("--probe", action="store_true",
                      help="the repeated-random probe (as `attnviz heads --probe`)")
+    p.add_argument("--truncate", action="store_true",
+                   help="cut --text or --ids longer than the model's positions (as the window's "
+                        "Compare tab runs its text)")
     p.add_argument("--threshold", type=fraction, default=C.INDUCTION_THRESHOLD, metavar="S",
                    help="induction strength (0 < S <= 1) a head needs in A to count, and to survive "
                         "in B (default: %(default)s)")
@@ -92,13 +95,14 @@ def side_name(model) -> str:
 
 def source_ids(a, args) -> tuple[list[int], list[str], list[str]]:
     """(ids [T], their tokens, their labels) from --text, --ids or --probe, as model A reads them."""
+    request = RunRequest(use_cache=False, layers=1, truncate=args.truncate)
     if args.probe:
         ids = C.induction_probe(a)
-        result = a.run(ids=ids, request=RunRequest(use_cache=False, layers=1))
+        result = a.run(ids=ids, request=request)
     elif args.ids is not None:
-        result = a.run(ids=parse_ids(args.ids), request=RunRequest(use_cache=False, layers=1))
+        result = a.run(ids=parse_ids(args.ids), request=request)
     else:
-        result = a.run(args.text, request=RunRequest(use_cache=False, layers=1))
+        result = a.run(args.text, request=request)
     show_notice(args.command, result)
     return result.input_ids.tolist(), list(result.tokens), list(result.labels)
 
@@ -112,6 +116,8 @@ def compare_report(a, b, ids, tokens, a_id, b_id, threshold=C.INDUCTION_THRESHOL
 
 
 def cmd_compare(args) -> int:
+    if args.probe and args.truncate:
+        raise InputError("--truncate applies to --text and --ids (the probe is always cut to fit)")
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
     out = check_out(args.out, OUT_SUFFIXES) if args.out else None

@@ -222,8 +222,8 @@ MISUSE = [
                              "--what", "resid"], r"64 positions: shorten the text$"),
     ("qk-text-too-long", ["qk-attribution", *TB, "--text", "the " * 70, "--layer", "1", "--head", "0",
                           "--query", "1", "--key", "0"], r"64 positions: shorten the text$"),
-    ("compare-text-too-long", ["compare", *TB, "--against", "attnviz-textbook", "--text", "the " * 70],
-     r"64 positions: shorten the text$"),
+    ("compare-probe-truncate", ["compare", *TB, "--against", "attnviz-textbook", "--probe", "--truncate"],
+     r"--truncate applies to --text and --ids \(the probe is always cut to fit\)"),
     ("predict-text-too-long", ["predict", *TB, "--text", "the " * 70], r"64 positions: shorten the text$"),
     ("circuits-head-alone", ["circuits", *TB, "--head", "1.0"], r"--head and --token go together"),
     ("circuits-bad-token", ["circuits", *TB, "--head", "1.0", "--token", "the cat"], r"'the cat' is 2 tokens"),
@@ -473,12 +473,14 @@ def test_subprocess_text_that_is_not_utf8(tmp_path):
     assert np.load(tmp_path / "a.npz")["tokens"].tolist()[:2] == ["<|bos|>", "the"]
 
 
-@pytest.mark.parametrize("argv", [
-    ["attention", *TB, "--text", "the " * 70, "--out", "{out}/a.npz"],
-    ["heads", *TB, "--text", "the " * 70],
-    ["find", *TB, "--text", "the cat " + "the " * 70, "--from", "cat", "--to", "the@1"],
-    ["export", *TB, "--text", "the " * 70, "--out", "{out}/a.csv"],
-], ids=lambda argv: argv[0])
+@pytest.mark.parametrize("argv", [pytest.param(a, id=i) for i, a in (
+    ("attention", ["attention", *TB, "--text", "the " * 70, "--out", "{out}/a.npz"]),
+    ("heads", ["heads", *TB, "--text", "the " * 70]),
+    ("find", ["find", *TB, "--text", "the cat " + "the " * 70, "--from", "cat", "--to", "the@1"]),
+    ("export", ["export", *TB, "--text", "the " * 70, "--out", "{out}/a.csv"]),
+    ("compare-text", ["compare", *TB, "--against", "attnviz-textbook", "--text", "the " * 70]),
+    ("compare-ids", ["compare", *TB, "--against", "attnviz-textbook", "--ids", ",".join(["5"] * 70)]),
+)])
 def test_the_truncate_a_too_long_text_is_told_to_use_is_this_commands_own(argv, where, tmp_path, capsys):
     rc, _, err = run_cli(fill(argv, where, tmp_path), capsys)
     assert rc == 2 and err.rstrip().endswith("shorten the text, or give --truncate to cut it to 64 tokens"), err
