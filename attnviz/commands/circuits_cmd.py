@@ -9,7 +9,7 @@ import argparse
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import add_model, non_negative, parse_ids, show_notice
+from attnviz.commands.checks import add_model, non_negative, parse_ids, positive, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import TOKEN_RULE, vocab_token
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model(p)
     p.add_argument("--head", metavar="HEAD", help="head for ov_top, e.g. 3.1 or 'L3 H1' (with --token)")
     p.add_argument("--token", metavar="TOK", help=f"source token for ov_top: {TOKEN_RULE}")
-    p.add_argument("--top", type=non_negative, default=10, metavar="K",
+    p.add_argument("--top", type=positive, default=10, metavar="K",
                    help="ov_top length (default: 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint_opt.add(p)
@@ -166,7 +166,7 @@ def cmd_circuits(args) -> int:
     if args.head is not None:  # refusals (an encoder, a bad head or token) before the long part
         layer, head = parse_head(args.head, cfg.n_layer, cfg.n_head)
         token = vocab_token(model, args.token)
-        ov = C.ov_top(model, layer, head, token, max(1, args.top))
+        ov = C.ov_top(model, layer, head, token, args.top)
     circ = C.circuits(model)
     doc = circuits_report(model, circ, ov)
     if args.json:

@@ -225,6 +225,8 @@ MISUSE = [
     ("compare-probe-truncate", ["compare", *TB, "--against", "attnviz-textbook", "--probe", "--truncate"],
      r"--truncate applies to --text and --ids \(the probe is always cut to fit\)"),
     ("predict-text-too-long", ["predict", *TB, "--text", "the " * 70], r"64 positions: shorten the text$"),
+    ("circuits-top-zero", ["circuits", *TB, "--head", "1.0", "--token", "cat", "--top", "0"],
+     r"argument --top: must be a positive integer, got 0"),
     ("circuits-head-alone", ["circuits", *TB, "--head", "1.0"], r"--head and --token go together"),
     ("circuits-bad-token", ["circuits", *TB, "--head", "1.0", "--token", "the cat"], r"'the cat' is 2 tokens"),
     # -- export
