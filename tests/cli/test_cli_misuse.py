@@ -176,6 +176,8 @@ MISUSE = [
                                        "--temperature", "-1"], r"temperature must be >= 0"),
     ("generate-tiny-temperature", ["generate", *TB, "--text", "the cat", "--max-new", "2",
                                    "--temperature", "1e-310"], r"temperature must be 0 \(greedy\) or at least 1e-300"),
+    ("generate-negative-seed", ["generate", *TB, "--text", "the cat", "--max-new", "2", "--temperature",
+                                "1", "--seed=-1"], r"argument --seed: must be an integer >= 0, got -1"),
     ("generate-top-p-zero", ["generate", *TB, "--text", "the cat", "--max-new", "2", "--top-p", "0"],
      r"top-p must be in \(0, 1\]"),
     # -- predict and ablation-scan
