@@ -135,6 +135,16 @@ def one_line(message: object) -> str:
     return text or type(message).__name__
 
 
+def truncate_hint(exc: Exception, args) -> str:
+    """What a command with --truncate adds to a text too long for it (TooLong says only "shorten
+    it": the window, patch, qk-attribution and compare have no such option)."""
+    from attnviz.engine.errors import TooLong
+
+    if isinstance(exc, TooLong) and getattr(args, "truncate", None) is False:
+        return f", or give --truncate to cut it to {exc.limit} tokens"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done; 2 misuse or an input or file attnviz refuses (one line on stderr);
     1 an internal error (one line; -v logs the traceback); 130 interrupted; 141 output pipe closed."""
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (AttnvizError, ValueError, OSError) as exc:
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}{truncate_hint(exc, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -9,7 +9,10 @@ the query in the second mention where that head puts the most weight on an induc
 token after the first copy of the current token), its score is split by QK attribution. The key
 side's largest components are listed with their own role labels on this text and their
 previous-token strength. Copying scores are ranked across every head cleared as induction.
-The toy decoder: the same for each checkpoint on the repeated-random probe."""
+The toy decoder: the same for each checkpoint on the repeated-random probe.
+
+Values are written as measured, unrounded: the page rounds each one once (a value kept at 4
+decimals and rounded again to 3 can be off by one in the last place: 0.29146 -> 0.2915 -> 0.292)."""
 
 from __future__ import annotations
 
@@ -51,11 +54,11 @@ def explain(model, text=None, ids=None, copying=None, n_side=5):
     copying = C.copying_scores(model) if copying is None else copying
 
     def part(name, value):
-        row = {"component": name, "value": round(value, 4), "share": round(value / a.score, 4)}
+        row = {"component": name, "value": float(value), "share": float(value / a.score)}
         if name.startswith("L") and "H" in name:
             i, j = map(int, name[1:].split("H"))
             row["role"] = hs.labels[i][j]
-            row["previous_strength"] = round(float(hs.strength["previous"][i, j]), 4)
+            row["previous_strength"] = float(hs.strength["previous"][i, j])
         return row
 
     def side(values):
@@ -66,25 +69,25 @@ def explain(model, text=None, ids=None, copying=None, n_side=5):
     top_head = next((r for r in side(a.key_side) if "role" in r), None)
     if top_head is not None:
         i, j = map(int, top_head["component"][1:].split("H"))
-        top_head = {"component": top_head["component"], "k_composition": round(float(comp[i, j]), 4),
+        top_head = {"component": top_head["component"], "k_composition": float(comp[i, j]),
                     "k_composition_rank": int((comp > comp[i, j]).sum()) + 1,
                     "earlier_heads": int(l * comp.shape[1])}
     best = np.unravel_index(int(np.argmax(comp)), comp.shape) if l else None
     ind = [(i, j) for i, j, _ in cleared]
     ranked = sorted(ind, key=lambda t: -copying[t])
     return {
-        "head": f"L{l}H{h}", "induction_strength": round(strength, 4), "claimed": bool(cleared),
+        "head": f"L{l}H{h}", "induction_strength": float(strength), "claimed": bool(cleared),
         "query": q, "key": k, "query_token": result.tokens[q], "key_token": result.tokens[k],
-        "weight": round(weight, 4), "score": round(a.score, 4), "table_sum": round(a.total(), 4),
+        "weight": float(weight), "score": float(a.score), "table_sum": float(a.total()),
         "key_side": side(a.key_side), "key_side_top_head": top_head,
         "k_composition_best": None if best is None else
-        {"head": f"L{best[0]}H{best[1]}", "value": round(float(comp[best]), 4)}, "query_side": side(a.query_side),
-        "copying": round(float(copying[l, h]), 4),
+        {"head": f"L{best[0]}H{best[1]}", "value": float(comp[best])}, "query_side": side(a.query_side),
+        "copying": float(copying[l, h]),
         "induction_heads": len(ind),
         "copying_rank_among_induction": (ranked.index((l, h)) + 1) if (l, h) in ind else None,
-        "induction_copying": {f"L{i}H{j}": round(float(copying[i, j]), 4) for i, j in ranked},
+        "induction_copying": {f"L{i}H{j}": float(copying[i, j]) for i, j in ranked},
         "copying_rank_among_all": int((copying > copying[l, h]).sum()) + 1,
-        "copying_min": round(float(copying.min()), 4), "copying_max": round(float(copying.max()), 4),
+        "copying_min": float(copying.min()), "copying_max": float(copying.max()),
         "n_heads": int(copying.size),
     }
 

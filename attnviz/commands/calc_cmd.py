@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from dataclasses import replace
 
@@ -17,6 +16,7 @@ from attnviz.engine.calc.flops import heads_vs_text, parts
 from attnviz.engine.calc.from_config import CONFIG_FILES, UnreadableConfig
 from attnviz.engine.errors import CalcError
 from attnviz.engine.calc.presets import Preset, get_preset, load_presets
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
 
@@ -167,7 +167,7 @@ def cmd_calc(args) -> int:
             out["preset"] = {k: preset.raw.get(k) for k in (
                 "id", "name", "attention_type", "attention_notes", "source", "nominal_params",
                 "known_total_params")}
-        print(json.dumps(out, indent=1, ensure_ascii=False))
+        print(strict_json(out, indent=1, ensure_ascii=False))
     else:
         print(render_table(result, preset))
     return 0
@@ -176,7 +176,7 @@ def cmd_calc(args) -> int:
 def list_presets(as_json: bool) -> int:
     presets = load_presets()
     if as_json:
-        print(json.dumps([p.raw for p in presets.values()], indent=1, ensure_ascii=False))
+        print(strict_json([p.raw for p in presets.values()], indent=1, ensure_ascii=False))
         return 0
     rows = [("ID", "NAME", "KIND", "d_model", "heads/kv x d_head", "layers", "max ctx",
              "KV/token fp16")]

@@ -35,6 +35,18 @@ positive = at_least(1)
 non_negative = at_least(0)
 
 
+def fraction(text: str) -> float:
+    """An argparse `type`: a number in (0, 1], such as a strength a head must reach (usage error
+    otherwise, nan and inf included: a threshold that no number, or every one, passes)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:  # (false for nan as well)
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
+    return value
+
+
 def parse_ids(text: str, flag: str = "--ids") -> list[int]:
     """`"5, 17,3"` -> [5, 17, 3]: each item read as the engine reads typed token ids
     (text_input.parse_typed_ids), in the command line's stricter form: comma-separated, no empty

@@ -5,12 +5,11 @@ split into query-side x key-side parts of the residual stream), and the weight-s
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import add_model, non_negative, parse_ids, show_notice
+from attnviz.commands.checks import add_model, non_negative, parse_ids, positive, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import TOKEN_RULE, vocab_token
@@ -20,6 +19,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.request import RunRequest
 from attnviz.figures.numbers import plain_signed, score_text
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model(p)
     p.add_argument("--head", metavar="HEAD", help="head for ov_top, e.g. 3.1 or 'L3 H1' (with --token)")
     p.add_argument("--token", metavar="TOK", help=f"source token for ov_top: {TOKEN_RULE}")
-    p.add_argument("--top", type=non_negative, default=10, metavar="K",
+    p.add_argument("--top", type=positive, default=10, metavar="K",
                    help="ov_top length (default: 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint_opt.add(p)
@@ -86,7 +86,7 @@ def cmd_qk(args) -> int:
     show_notice(args.command, result)
     doc = qk_report(model, result, args.layer, args.head, args.query, args.key)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
     print(f"{model.name}{checkpoint_opt.describe(model)}: {head_title(args.layer, args.head)}, query {args.query} "
@@ -166,11 +166,11 @@ def cmd_circuits(args) -> int:
     if args.head is not None:  # refusals (an encoder, a bad head or token) before the long part
         layer, head = parse_head(args.head, cfg.n_layer, cfg.n_head)
         token = vocab_token(model, args.token)
-        ov = C.ov_top(model, layer, head, token, max(1, args.top))
+        ov = C.ov_top(model, layer, head, token, args.top)
     circ = C.circuits(model)
     doc = circuits_report(model, circ, ov)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     name = model.name + checkpoint_opt.describe(model)
     print(f"{name}: {ROPE_NOTE}" if "note" in doc else name)

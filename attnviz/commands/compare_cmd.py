@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import numpy as np
 from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.engine.reading.token_text import quoted
-from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice
+from attnviz.commands.checks import check_out, fraction, parse_ids, refuse_options, show_notice
 from attnviz.engine import WINDOW_MODEL, load_model
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import (
@@ -24,6 +23,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 OUT_SUFFIXES = (".csv", ".json", ".png")
 MOVED = 10  # heads listed in the plain report
@@ -51,9 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
     src.add_argument("--probe", action="store_true",
                      help="the repeated-random probe (as `attnviz heads --probe`)")
-    p.add_argument("--threshold", type=float, default=C.INDUCTION_THRESHOLD, metavar="S",
-                   help="induction strength a head needs in A to count, and to survive in B "
-                        "(default: %(default)s)")
+    p.add_argument("--truncate", action="store_true",
+                   help="cut --text or --ids longer than the model's positions (as the window's "
+                        "Compare tab runs its text)")
+    p.add_argument("--threshold", type=fraction, default=C.INDUCTION_THRESHOLD, metavar="S",
+                   help="induction strength (0 < S <= 1) a head needs in A to count, and to survive "
+                        "in B (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a report")
     p.add_argument("--out", metavar="FILE", help="also write the JSD map: .csv (layer, head, jsd, "
                    "jsd_max), .json (the whole document) or .png (the layers x heads map)")
@@ -92,13 +95,14 @@ def side_name(model) -> str:
 
 def source_ids(a, args) -> tuple[list[int], list[str], list[str]]:
     """(ids [T], their tokens, their labels) from --text, --ids or --probe, as model A reads them."""
+    request = RunRequest(use_cache=False, layers=1, truncate=args.truncate)
     if args.probe:
         ids = C.induction_probe(a)
-        result = a.run(ids=ids, request=RunRequest(use_cache=False, layers=1))
+        result = a.run(ids=ids, request=request)
     elif args.ids is not None:
-        result = a.run(ids=parse_ids(args.ids), request=RunRequest(use_cache=False, layers=1))
+        result = a.run(ids=parse_ids(args.ids), request=request)
     else:
-        result = a.run(args.text, request=RunRequest(use_cache=False, layers=1))
+        result = a.run(args.text, request=request)
     show_notice(args.command, result)
     return result.input_ids.tolist(), list(result.tokens), list(result.labels)
 
@@ -112,6 +116,8 @@ def compare_report(a, b, ids, tokens, a_id, b_id, threshold=C.INDUCTION_THRESHOL
 
 
 def cmd_compare(args) -> int:
+    if args.probe and args.truncate:
+        raise InputError("--truncate applies to --text and --ids (the probe is always cut to fit)")
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
     out = check_out(args.out, OUT_SUFFIXES) if args.out else None
@@ -127,7 +133,7 @@ def cmd_compare(args) -> int:
     if out is not None:
         write_out(out, doc, a)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
     else:
         print_report(doc)
     return 0
@@ -139,7 +145,7 @@ def write_out(out: Path, doc: dict, a) -> None:
 
     fmt = out.suffix.lower()
     if fmt == ".json":
-        data = (json.dumps(doc) + "\n").encode("utf-8")
+        data = (strict_json(doc) + "\n").encode("utf-8")
     elif fmt == ".csv":
         from attnviz.figures.compare_csv import csv_text  # (no Qt: a text export)
 

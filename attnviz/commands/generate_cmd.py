@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.token_text import tokens
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
-    KERNELS_STEPS, add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head,
+    KERNELS_STEPS, add_model, blas_for, load_for_generation, non_negative, parse_ids, positive, prediction_head,
     show_notice)
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, metavar="P",
                    help="sample from the smallest set of most likely tokens whose probability "
                         "reaches P (default 1: all)")
-    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the sampler")
+    p.add_argument("--seed", type=non_negative, default=None, metavar="S", help="seed of the sampler, >= 0")
     p.add_argument("--ignore-eos", action="store_true",
                    help="go on past the model's end-of-sequence token")
     p.add_argument("--json", action="store_true",
@@ -64,7 +64,7 @@ def cmd_generate(args) -> int:
     show_notice("generate", gen)
     text = decode(model, gen.prompt_ids + gen.new_ids)
     if args.json:
-        print(json.dumps({
+        print(strict_json({
             "model": model.name, **checkpoint_opt.entry(model), "prompt_ids": gen.prompt_ids,
             "new_ids": gen.new_ids,
             "new_tokens": [s.token for s in gen.steps], "text": text, "stopped": gen.stopped,

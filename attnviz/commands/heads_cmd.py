@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import textwrap
 
 import numpy as np
@@ -19,6 +18,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -161,7 +161,7 @@ def cmd_heads(args) -> int:
                         exclude_current_token=args.exclude_current,
                         unknown_ids=H.unknown_token_ids(model))
     if args.json:
-        print(json.dumps(heads_report(model, hs, source)))
+        print(strict_json(heads_report(model, hs, source)))
         return 0
     c = model.config
     what = source["probe"] if args.probe else f"text \u201c{result.text}\u201d"
@@ -221,7 +221,7 @@ def _template_probe(args, kind) -> int:
     seed = P.SEED if args.seed is None else args.seed
     ts = P.run_template_probe(model, kind, seed=seed)
     if args.json:
-        print(json.dumps({"model": model.name, "seed": seed, **ts.to_json()}))
+        print(strict_json({"model": model.name, "seed": seed, **ts.to_json()}))
         return 0
     c = model.config
     print(f"{model.name}: {plural(c.n_layer, 'layer')} x {plural(c.n_head, 'head')}; {kind} probe, seed {seed}: "
@@ -270,7 +270,7 @@ def cmd_find(args) -> int:
         ck = checkpoint_record(model)
         if ck is not None:
             doc["checkpoint"] = ck
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     print(f"{model.name}{checkpoint_opt.describe(model)}: from {quoted(result.labels[q])}@{q} (query) to {quoted(result.labels[k])}@{k} (key), "
           "every head ranked by specificity (weight minus the mean weight of the other queries that "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -16,6 +15,7 @@ from attnviz.engine.analysing.predict import TOKEN_RULE, vocab_token
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 TOP = 10  # rows of the table of largest effects
 
@@ -112,7 +112,7 @@ def cmd_patch(args) -> int:
                       args.direction, progress=progress)
     doc = patch_report(model, result, tokens_clean, tokens_corrupt)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     from attnviz.figures.numbers import plain_signed  # (here: the command loads figures only to print)
 

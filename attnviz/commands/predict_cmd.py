@@ -4,7 +4,6 @@ what switching heads off does."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
@@ -26,6 +25,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -174,7 +174,7 @@ def _predict(model, args, prepared) -> int:
             print(f"attnviz {args.command}: note: {note}", file=sys.stderr)
     doc = predict_report(model, result, args.position, args.top, target, alt, edits)
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     _print_prediction(doc, cfg, checkpoint_opt.describe(model))
     return 0
@@ -237,7 +237,7 @@ def cmd_scan(args) -> int:
            "repeat": None if scan.span is None else {"start": scan.span[0], "length": scan.span[1]},
            "seconds": scan.seconds, **checkpoint_opt.entry(model)}
     if args.json:
-        print(json.dumps(doc))
+        print(strict_json(doc))
         return 0
     what = (f"-log p({quoted(token_text(model, scan.target))} ({scan.target})) after token "
             f"{scan.position} {quoted(labels[scan.position])}" if loss == "next" else

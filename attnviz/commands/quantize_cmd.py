@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -12,6 +11,7 @@ from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.gguf_write import WRITE_TYPES, write_gguf
 from attnviz.engine.reading.quantize import quant_type
 from attnviz.engine.reading.registry import resolve
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def cmd_quantize(args) -> int:
     for notice in w.notices:
         print(f"attnviz quantize: note: {notice}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"model": name, "source": str(where), "out": str(w.path), "type": w.qtype,
+        print(strict_json({"model": name, "source": str(where), "out": str(w.path), "type": w.qtype,
                           "bytes": w.n_bytes, "tensors": w.counts, "kept_f16": w.kept_f16,
                           "notices": w.notices, "seconds": round(spent, 3)}, indent=2))
         return 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import uuid
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import numpy as np
 from attnviz.engine.analysing.corpus_stats import HEAD_STATS
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.token_text import plural
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 SCAN_KIND = "attnviz-scan"
 SCAN_VERSION = 1
@@ -192,7 +192,7 @@ def read_manifest(out: Path) -> Manifest:
 
 
 def write_manifest(out: Path, manifest: Manifest) -> None:
-    write_bytes_atomic(Path(out) / MANIFEST, (json.dumps(manifest.to_json(), indent=1) + "\n").encode())
+    write_bytes_atomic(Path(out) / MANIFEST, (strict_json(manifest.to_json(), indent=1) + "\n").encode())
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

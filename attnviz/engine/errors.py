@@ -23,6 +23,16 @@ class InputError(AttnvizError):
     """Text or ids the model cannot take (too long, out of vocabulary...)."""
 
 
+class TooLong(InputError):
+    """A sequence over the positions a run may take (`limit`), asked for without truncation. Its
+    message says only what anyone can do (shorten it): the command line adds --truncate for the
+    commands that have it (cli.main)."""
+
+    def __init__(self, message: str, limit: int):
+        super().__init__(message)
+        self.limit = limit
+
+
 class CalcError(AttnvizError, ValueError):
     """Calculator input that would give a wrong or meaningless number."""
 

@@ -11,7 +11,6 @@ and an export writes the whole view (PNG or SVG with a JSON sidecar) or its numb
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import score_text, signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.text_wrap import wrap
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 PARTNERS = 3  # partners listed per mode
 MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
@@ -260,7 +260,7 @@ def numbers(view: CircuitsView) -> dict:
 
 def number_bytes(view: CircuitsView, fmt: str) -> bytes:
     if fmt == "json":
-        return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
+        return (strict_json(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
     if fmt == "csv":
         if view.copying is None:
             raise ExportError(f"there is no copying map to write as CSV, because {view.no_copying}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 import os
 import secrets
@@ -25,6 +24,7 @@ from attnviz.engine.reading.file_write import temp_beside
 from attnviz.engine.reading.validate import os_reason, read_json_object
 from attnviz.figures.export_view import ExportView, checkpoint_entry
 from attnviz.figures.view import Shown
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 # the colormaps the window offers (pyqtgraph's names; style.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
@@ -194,7 +194,7 @@ def json_text(view: ExportView) -> str:
     }
     doc.update(checkpoint_entry(view.checkpoint))
     weights = _nested(view.selected(), fmt_all(view.selected(), "null"))  # undefined: null
-    head, tail = json.dumps(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
+    head, tail = strict_json(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
     return head + '"weights": ' + weights + tail + "\n"
 
 

@@ -11,7 +11,6 @@ typed tokens and the ablation), or as numbers (JSON, CSV, NPY). QPainter only, n
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.numbers import signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.style import WARNING
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 VIEWS = ("prediction", "lens", "dla")
 CLEAN_BAR = QColor("#4c78a8")
@@ -205,7 +205,7 @@ def npy_array(view: EffectsView) -> np.ndarray:
 
 def number_bytes(view: EffectsView, fmt: str) -> bytes:
     if fmt == "json":
-        return (json.dumps(numbers(view), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+        return (strict_json(numbers(view), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
     if fmt == "csv":
         return csv_text(view).encode("utf-8")
     buf = io.BytesIO()

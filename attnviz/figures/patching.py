@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from attnviz.figures.render import TEXT, figure_exports, figure_font
 from attnviz.figures.style import FOCUS, axis_label, no_value_colour, no_value_word
 from attnviz.figures.numbers import signed
 from attnviz.figures.painted import painted_cell
+from attnviz.engine.reading.json_text import dumps as strict_json, finite
 
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
 BAR_GAP, BAR_W = 12.0, 14.0  # the colour bar's gap to the cells, its width
@@ -332,19 +332,18 @@ def readout(view: PatchView, row: int, col: int) -> str:
 # ---------------------------------------------------------------- the file
 def numbers(view: PatchView) -> dict:
     """`attnviz patch --json`'s keys (JSON null for a cell not run)."""
-    eff = np.where(np.isfinite(view.effect), view.effect, np.nan)
     return {"model": view.model, "tokens_clean": list(view.tokens_clean),
             "tokens_corrupt": list(view.tokens_corrupt), "position": view.position,
             "target": view.target, "alt": view.alt, "diff_clean": view.diff_clean,
             "diff_corrupt": view.diff_corrupt, "direction": view.direction, "what": view.what,
             "patch_layer": view.layer,
-            "effect": json.loads(json.dumps(eff.tolist()).replace("NaN", "null")),
+            "effect": finite(np.asarray(view.effect).tolist()),
             **({"note": view.note} if view.note else {}), **checkpoint_entry(view.checkpoint)}
 
 
 def number_bytes(view: PatchView, fmt: str) -> bytes:
     if fmt == "json":
-        return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
+        return (strict_json(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
     if fmt == "csv":
         vals = view.values
         buf = io.StringIO()  # csv quotes a label holding a quote or a comma

@@ -14,7 +14,6 @@ picture (PNG or SVG with a JSON sidecar) or its numbers (JSON with the `qk-attri
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from attnviz.figures.export_view import checkpoint_entry, model_title
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.numbers import plain_number, signed as _signed
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
@@ -321,7 +321,7 @@ def numbers(view: WhyView) -> dict:
 
 def number_bytes(view: WhyView, fmt: str) -> bytes:
     if fmt == "json":
-        return (json.dumps(numbers(view), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+        return (strict_json(numbers(view), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
     if fmt == "csv":  # the table: one row per query-side component, one column per key-side one
         a = view.attribution
         lines = [",".join(["query \\ key", *a.components])]

@@ -7,7 +7,6 @@ sidecar, through the one transactional writer (all files land, or the folder is 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -21,6 +20,7 @@ from attnviz.figures.data import (
 )
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.heatmaps import png_bytes, svg_bytes
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def write_image(path: Path, data: bytes, meta: dict, lay, what: str = "",
     side = sidecar_path(path)
     meta = with_model_path(meta, model_path)
     write_atomic([(path, data),
-                  (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
+                  (side, (strict_json(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
     log.info("exported %s%s (%d x %d) and %s", what, path, lay.width, lay.height, side.name)
     return [path, side]
 

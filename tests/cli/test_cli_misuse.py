@@ -58,7 +58,8 @@ MISUSE = [
      r"token id 42 at position 1 is outside this model's vocabulary 0\.\.41"),
     ("ids-huge", ["attention", *TB, "--ids", "9" * 30, *OUT_NPZ], r"too large to be a token id"),
     ("ids-too-many", ["attention", *TB, "--ids", ",".join(["5"] * 70), *OUT_NPZ],
-     r"sequence of 70 tokens is longer than this model's 64 positions.*\(--truncate on the command line\)$"),
+     r"sequence of 70 tokens is longer than this model's 64 positions: shorten the text, or give "
+     r"--truncate to cut it to 64 tokens$"),
     ("text-too-long", ["attention", *TB, "--text", "the " * 70, *OUT_NPZ],
      r"sequence of 71 tokens is longer than this model's 64 positions"),
     ("text-empty-on-a-decoder-without-bos", ["attention", "--model", "{bytes}", "--text", "", *OUT_NPZ],
@@ -102,6 +103,12 @@ MISUSE = [
      r"Could not load model B \(no-such-model-xyz\)\. No model named 'no-such-model-xyz'"),
     ("compare-unknown-type", ["compare", *TB, "--quantize", "Q3_K", "--ids", "1,2"],
      r"quantized to Q3_K\. Cannot quantize to 'Q3_K'"),
+    # a threshold no strength reaches, or every one does, is refused before JSON could hold NaN
+    *[(f"compare-threshold-{v}", ["compare", *TB, "--against-checkpoint", "0", "--probe", "--json",
+                                  f"--threshold={v}"], rf"argument --threshold: must be a number in \(0, 1\], got {v} \(see")
+      for v in ("nan", "inf", "-inf", "-0.5", "0", "1.5")],
+    ("compare-threshold-word", ["compare", *TB, "--against", "x", "--probe", "--threshold", "half"],
+     r"argument --threshold: expected a number, got 'half'"),
     # -- scan and scan-report (the corpus and the folder checked before anything is written)
     ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
     ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],
@@ -169,6 +176,8 @@ MISUSE = [
                                        "--temperature", "-1"], r"temperature must be >= 0"),
     ("generate-tiny-temperature", ["generate", *TB, "--text", "the cat", "--max-new", "2",
                                    "--temperature", "1e-310"], r"temperature must be 0 \(greedy\) or at least 1e-300"),
+    ("generate-negative-seed", ["generate", *TB, "--text", "the cat", "--max-new", "2", "--temperature",
+                                "1", "--seed=-1"], r"argument --seed: must be an integer >= 0, got -1"),
     ("generate-top-p-zero", ["generate", *TB, "--text", "the cat", "--max-new", "2", "--top-p", "0"],
      r"top-p must be in \(0, 1\]"),
     # -- predict and ablation-scan
@@ -210,6 +219,16 @@ MISUSE = [
                                "0", "--query", "5", "--key", "0"], r"query position 5 is outside the 3 tokens"),
     ("qk-layer-outside", ["qk-attribution", *TB, "--text", "the cat", "--layer", "2", "--head", "0",
                           "--query", "1", "--key", "0"], r"layer 2 is outside this model's layers 0\.\.1"),
+    # a text too long: only "shorten the text" where the command has no --truncate to offer
+    ("patch-text-too-long", ["patch", *TB, "--clean", "the " * 70, "--corrupt", "a " + "the " * 69,
+                             "--what", "resid"], r"64 positions: shorten the text$"),
+    ("qk-text-too-long", ["qk-attribution", *TB, "--text", "the " * 70, "--layer", "1", "--head", "0",
+                          "--query", "1", "--key", "0"], r"64 positions: shorten the text$"),
+    ("compare-probe-truncate", ["compare", *TB, "--against", "attnviz-textbook", "--probe", "--truncate"],
+     r"--truncate applies to --text and --ids \(the probe is always cut to fit\)"),
+    ("predict-text-too-long", ["predict", *TB, "--text", "the " * 70], r"64 positions: shorten the text$"),
+    ("circuits-top-zero", ["circuits", *TB, "--head", "1.0", "--token", "cat", "--top", "0"],
+     r"argument --top: must be a positive integer, got 0"),
     ("circuits-head-alone", ["circuits", *TB, "--head", "1.0"], r"--head and --token go together"),
     ("circuits-bad-token", ["circuits", *TB, "--head", "1.0", "--token", "the cat"], r"'the cat' is 2 tokens"),
     # -- export
@@ -456,3 +475,18 @@ def test_subprocess_text_that_is_not_utf8(tmp_path):
         "attnviz attention: note: 1 lone surrogate (U+D800..U+DFFF, not characters) replaced by "
         "U+FFFD \ufffd"]
     assert np.load(tmp_path / "a.npz")["tokens"].tolist()[:2] == ["<|bos|>", "the"]
+
+
+@pytest.mark.parametrize("argv", [pytest.param(a, id=i) for i, a in (
+    ("attention", ["attention", *TB, "--text", "the " * 70, "--out", "{out}/a.npz"]),
+    ("heads", ["heads", *TB, "--text", "the " * 70]),
+    ("find", ["find", *TB, "--text", "the cat " + "the " * 70, "--from", "cat", "--to", "the@1"]),
+    ("export", ["export", *TB, "--text", "the " * 70, "--out", "{out}/a.csv"]),
+    ("compare-text", ["compare", *TB, "--against", "attnviz-textbook", "--text", "the " * 70]),
+    ("compare-ids", ["compare", *TB, "--against", "attnviz-textbook", "--ids", ",".join(["5"] * 70)]),
+)])
+def test_the_truncate_a_too_long_text_is_told_to_use_is_this_commands_own(argv, where, tmp_path, capsys):
+    rc, _, err = run_cli(fill(argv, where, tmp_path), capsys)
+    assert rc == 2 and err.rstrip().endswith("shorten the text, or give --truncate to cut it to 64 tokens"), err
+    rc, _, err = run_cli(fill(argv, where, tmp_path) + ["--truncate"], capsys)
+    assert rc == 0, err

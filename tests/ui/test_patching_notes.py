@@ -63,3 +63,17 @@ def test_a_length_refusal_goes_with_its_boxes_and_the_check_says_it_again(qtbot,
     qtbot.waitUntil(lambda: p.note.isVisible() and p.note.text() == said, timeout=WAIT)
     p.propose()
     qtbot.waitUntil(lambda: not p.note.isVisible() and not p.aligned.isVisible(), timeout=WAIT)
+
+
+def test_a_text_over_the_models_positions_is_told_only_to_be_shortened(qtbot, patching_window):
+    """The tab has no truncate control and the window no command line: its line says what can be
+    done here, never --truncate."""
+    w = patching_window
+    p = w.patching_panel
+    w.state.set_text("the " * 200)
+    p.corrupt_box.setText("a " + "the " * 199)
+    assert not p.run()
+    assert p.note.isVisible()
+    assert p.note.text().endswith(f"longer than this model's {w.state.model.config.max_positions} "
+                                  "positions: shorten the text"), p.note.text()
+    assert "truncate" not in p.note.text()

@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import InputError, TooLong
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Prepared(NamedTuple):
 def kept_positions(n_full: int, closing_special: bool, positions: int, request: RunRequest) -> list[int] | None:
     """The positions of n_full tokens a run keeps under the model's `positions` and
     request.max_tokens: None, all of them; else the first ones, a closing special token ([SEP],
-    `closing_special`) kept last, when request.truncate (InputError without it)."""
+    `closing_special`) kept last, when request.truncate (TooLong without it)."""
     limit, max_tokens = positions, request.max_tokens
     if max_tokens is not None:
         if max_tokens < 1:
@@ -80,8 +80,7 @@ def kept_positions(n_full: int, closing_special: bool, positions: int, request: 
         return None
     if not request.truncate:
         what = f"this model's {limit} positions" if limit == positions else f"the limit of {limit} tokens"
-        raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
-                         "text or truncate it (--truncate on the command line)")
+        raise TooLong(f"sequence of {n_full} tokens is longer than {what}: shorten the text", limit)
     keep = list(range(limit))
     if closing_special and limit > 1:  # keep the closing special token ([SEP])
         keep[-1] = n_full - 1

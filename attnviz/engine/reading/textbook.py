@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.engine.reading.user_cache import cache_root as user_cache_root
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 log = logging.getLogger(__name__)
 
@@ -241,11 +242,11 @@ def write_textbook(folder):
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(build_config(), indent=2), encoding="utf-8")
+    (folder / "config.json").write_text(strict_json(build_config(), indent=2), encoding="utf-8")
     save_file(build_weights(), str(folder / "model.safetensors"), metadata={"format": "np"})
     build_tokenizer().save(str(folder / "tokenizer.json"))
     (folder / "README.md").write_text(_readme(), encoding="utf-8")
-    (folder / _MARKER).write_text(json.dumps({"name": TEXTBOOK_NAME, "version": TEXTBOOK_VERSION}),
+    (folder / _MARKER).write_text(strict_json({"name": TEXTBOOK_NAME, "version": TEXTBOOK_VERSION}),
                                   encoding="utf-8")
     return folder
 

@@ -4,7 +4,6 @@ alone (the sidecar's content as .json, the JSD map as .csv), written all or noth
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PySide6.QtCore import QPoint
@@ -13,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from attnviz.figures.compare_csv import csv_text
 from attnviz.ui.machinery.runner import failure
+from attnviz.engine.reading.json_text import dumps as strict_json
 
 
 def export_dialog(panel) -> None:
@@ -40,7 +40,7 @@ def export(panel, path) -> list[Path]:
 
     path = Path(path)
     fmt = path.suffix.lower()
-    meta = (json.dumps(sidecar(panel, path), ensure_ascii=False) + "\n").encode("utf-8")
+    meta = (strict_json(sidecar(panel, path), ensure_ascii=False) + "\n").encode("utf-8")
     if fmt == ".json":
         write_atomic([(path, meta)])
         return [path]
