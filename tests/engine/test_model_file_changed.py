@@ -21,7 +21,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import ModelFileChanged, ModelLoadError
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.mapped_files import changed_message
-from gguf_files import tiny_gqa_files
+from gguf_files import spm_model, tiny_gqa_files
 from tiny import rewrite_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +55,36 @@ def test_a_file_truncated_under_an_open_model_is_refused_not_a_crash(tmp_path, k
     assert proc.stdout.splitlines()[-1] == (
         f"{mapped.name} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
         "64 bytes now): open the model again to read the new file")
+
+
+VOCABULARY = """
+import os, sys
+from attnviz.engine import load_model
+from attnviz.engine.errors import ModelFileChanged
+model = load_model(sys.argv[1], text="Hello world")  # (a vocabulary built for this text only)
+model.run("Hello world")
+os.truncate(sys.argv[1], 64)
+print(model.labels([1, 2, 3]))
+for read in (lambda: model.run("zebra quokka xylophone"), lambda: model.tokenizer.raw):
+    try:
+        read()
+    except ModelFileChanged as exc:
+        print(exc)
+"""
+
+
+def test_a_gguf_cut_short_is_refused_by_its_tokenizer_not_a_crash(tmp_path):
+    """A GGUF's vocabulary is read from its file: a new text (its own tokens, or the whole
+    vocabulary) and the labels of ids after the file was cut short, in a process of its own."""
+    path = spm_model(tmp_path / "spm.gguf")
+    size = path.stat().st_size
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", VOCABULARY, str(path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    said = (f"{path.name} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
+            "64 bytes now): open the model again to read the new file")
+    assert proc.stdout.splitlines() == ["['<s>', '</s>', '<00>']", said, said]
 
 
 @pytest.mark.parametrize("kind", KINDS)

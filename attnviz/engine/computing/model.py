@@ -244,6 +244,7 @@ class Model:
         t0 = time.perf_counter()
         if isinstance(text, Prepared) and ids is not None:
             raise InputError("give a prepared text or ids, not both")
+        check_files(self._weights.files)  # (before the text's tokens: a GGUF's vocabulary is in its file)
         prep = text if isinstance(text, Prepared) else self.prepare(text, ids=ids, request=request)
         given, trace = trace, Trace() if trace is None else trace
         if trace.want_patterns and is_long(self.config, len(prep.ids), request.dense_limit):
@@ -354,8 +355,7 @@ class Model:
         return prep.ids, list(prep.tokens), prep.notice
 
     def labels(self, ids) -> list[str]:
-        """Token ids -> their labels as the window shows them (the ids themselves, as text, for a
-        model without a tokenizer)."""
+        """Token ids -> their labels as the window shows them (no tokenizer: the ids, as text)."""
         if self.tokenizer is None:
             return [str(int(i)) for i in ids]
         return self.tokenizer.labels_for_ids([int(i) for i in ids])[1]
