@@ -45,6 +45,7 @@ class Model:
                  notice: str | None = None):
         self.name = name
         self.notice = notice  # one line for the user, e.g. why there is no tokenizer
+        self.no_tokenizer = notice if tokenizer is None else None  # (a loader's notice says why)
         self.path = path
         self.config = config
         self._weights = weights  # (read through `weights`)
@@ -412,10 +413,9 @@ class Model:
             text, notice = clean_text(text)
             if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
                 ids = parse_typed_ids(text)
-                if not ids:  # not ids, or nothing typed (a GGUF's notice says why it has no tokenizer)
-                    raise InputError(f"{self.name}: {self.notice}" if self.notice and Path(self.path).is_file()
-                                     else f"{self.name} has no tokenizer.json: type token ids instead, "
-                                     "e.g. 5, 17, 3")
+                if not ids:  # not ids, or nothing typed (the loader's notice says why there is no tokenizer)
+                    raise InputError(f"{self.name}: {self.no_tokenizer}" if self.no_tokenizer else
+                                     f"{self.name} has no tokenizer: type token ids instead, e.g. 5, 17, 3")
         if ids is not None:
             ids = check_ids(ids, self.config.vocab_size)
             return text or "", notice, Encoded(ids.tolist(), None, [], [(0, 0)] * len(ids),
