@@ -54,3 +54,21 @@ def test_a_model_file_rewritten_under_the_window_is_named_and_the_heatmaps_stay(
     drain_events()
     assert w.state.result is shown and w.grid.drawn is shown
     assert painted(w.grid) == before  # (the banner took some of its height: drawn smaller)
+
+
+def test_a_patching_run_after_the_file_changed_says_so_in_its_panel(qtbot, tmp_path):
+    """The run's checks read the prediction head, on the window's thread: refused in the panel's
+    line, as a run that met the change on its job is, not as an error of attnviz's own."""
+    source, mapped, first, _ = opened("safetensors", tmp_path)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(source), text=first)
+    w.worker.wait_idle()
+    drain_events()
+    rewrite_in_place(mapped)
+    panel = w.patching_panel
+    panel.corrupt_box.setText("the dog sat on the mat")
+    panel.run_button.click()
+    drain_events()
+    assert panel.note.text().startswith(
+        f"Patching failed. {mapped.name} changed on disk after attnviz opened it (its size is the same")
+    assert panel.note.text().endswith("open the model again to read the new file.")
+    assert not widget(w, "error_banner").isVisible()
