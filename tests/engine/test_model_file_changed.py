@@ -6,6 +6,7 @@ whole by a rename, the model goes on reading the file it opened, as it was. A GG
 safetensors folder each."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import ModelFileChanged, ModelLoadError
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.mapped_files import changed_message
-from gguf_files import spm_model, tiny_gqa_files
+from gguf_files import CHANGED_NAMES, spm_model, tiny_gqa_files
 from tiny import rewrite_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def test_a_file_truncated_under_an_open_model_is_refused_not_a_crash(tmp_path, k
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.splitlines()[-1] == (
-        f"{mapped.name} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
+        f"{CHANGED_NAMES[kind]} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
         "64 bytes now): open the model again to read the new file")
 
 
@@ -96,7 +97,7 @@ def test_a_file_rewritten_in_place_is_refused_by_whatever_reads_it_next(tmp_path
     size = mapped.stat().st_size
     mtime = rewrite_in_place(mapped)
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime // 1_000_000_000))
-    said = (f"{mapped.name} changed on disk after attnviz opened it (its size is the same, "
+    said = (f"{CHANGED_NAMES[kind]} changed on disk after attnviz opened it (its size is the same, "
             f"{format_bytes(size)}, but its modification time changed to {when}): open the model "
             "again to read the new file")
     reads = {"a run": lambda: model.run(ids=OTHER),
@@ -129,3 +130,14 @@ def test_sizes_that_read_the_same_rounded_are_given_to_the_byte():
     assert "(it was 92,480,000 bytes, it is 92,480,004 bytes now)" in said
     assert "(it was 88.2 MiB, it is 12 MiB now)" in changed_message(
         "m.gguf", round(88.2 * 2 ** 20), 12 * 2 ** 20, 0)
+
+
+def test_of_two_models_open_the_refusal_names_the_folder_of_the_one_that_changed(tmp_path):
+    """Compare's A and B (or two training steps) each map a model.safetensors: the refusal says
+    which."""
+    a, b = (load_model(shutil.copytree(ROOT / "tests" / "fixtures" / "llama_gqa", tmp_path / step))
+            for step in ("step-8", "step-16"))
+    rewrite_in_place(tmp_path / "step-16" / "model.safetensors")
+    a.run(ids=OTHER, request=FRESH)
+    with pytest.raises(ModelFileChanged, match=r"^step-16/model\.safetensors changed on disk after attnviz"):
+        b.run(ids=OTHER, request=FRESH)

@@ -75,7 +75,7 @@ class Model:
         """The weights, to read: every run and analysis reads them here, the files they map checked
         first (mapped_files.py: one fstat each; ModelFileChanged for one changed in place)."""
         weights = self._weights
-        check_files(weights.files)
+        check_files(weights.files, self.path)
         return weights
 
     @weights.setter
@@ -156,7 +156,7 @@ class Model:
         built on first use and kept until the memory budget changes (its copy packed for the
         kernels, made for the same table, kept then too). NoPrediction, in one line,
         for an encoder, a file missing its final norm or unembedding, or non-finite values in them."""
-        check_files(self._weights.files)  # (a head built before reads the files it maps)
+        check_files(self._weights.files, self.path)  # (a head built before reads the files)
         head = self._head
         if head is None:
             with self._head_lock:
@@ -245,7 +245,7 @@ class Model:
         t0 = time.perf_counter()
         if isinstance(text, Prepared) and ids is not None:
             raise InputError("give a prepared text or ids, not both")
-        check_files(self._weights.files)  # (before the text's tokens: a GGUF's vocabulary is in its file)
+        check_files(self._weights.files, self.path)  # (before the tokens: a GGUF's tokenizer reads it)
         prep = text if isinstance(text, Prepared) else self.prepare(text, ids=ids, request=request)
         given, trace = trace, Trace() if trace is None else trace
         if trace.want_patterns and is_long(self.config, len(prep.ids), request.dense_limit):
@@ -469,7 +469,7 @@ class Model:
                     held = self._grams = (layers, [None] * len(layers))
         gram = held[1][i]
         if gram is None:  # (two threads may both make it: the same bits)
-            check_files(self._weights.files)  # (W_O read from the layers: the `weights` check)
+            check_files(self._weights.files, self.path)  # (W_O read from the layers)
             gram = held[1][i] = head_grams(output_projection(layers, i)[0], self.config.n_head)
         return gram
 
