@@ -106,6 +106,10 @@ def tiny_gqa_files(kind: str, where: Path) -> tuple[Path, Path]:
     return folder, folder / "model.safetensors"
 
 
+# how a refusal names the file of tiny_gqa_files that changed: from the folder holding the model
+CHANGED_NAMES = {"gguf": "tiny.gguf", "safetensors": "tiny/model.safetensors"}
+
+
 SPM_VOCAB = Path(__file__).resolve().parent / "fixtures" / "spm" / "vocab.npz"
 
 

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import tokens
-from attnviz.engine.analysing.effects import is_changed, window_run
+from attnviz.engine.analysing.effects import window_run
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
 from attnviz.engine.computing.patterns import SCALE_MODES, SCOPES, check_index, head_title
@@ -57,7 +57,7 @@ def anatomy_view(state) -> AnatomyView:
     if r is None or model is None:
         raise ExportError(NOTHING_YET)
     if r.layer_inputs is None:
-        r = _run_again(model, r, changed_by(state), inputs=True)
+        r = _run_again(model, r, state.effects.changed_by(r), inputs=True)
     focus = state.focus
     head = focus[1] if focus is not None and focus[0] == state.layer else None
     return anatomy_figure.make_anatomy_view(model, r, state.layer, head, state.colormap)
@@ -97,16 +97,6 @@ def _analyse_now(state):
     return analyse_typed(model, run, state.query_pos, eff.target, eff.alt)[0]
 
 
-def changed_by(state):
-    """The Ablation the window's result is a changed run of (heads switched off, edges knocked
-    out), or None for a clean run."""
-    r = state.result
-    run = state.effects.run_of(r)
-    if run is not None:
-        return run.ablation if run.changed is not None else None
-    return state.effects.ablation if is_changed(r) else None
-
-
 def _changed_stem(ablation) -> str:
     """What a changed run switched off, for a file name: zero-ablated-L3H1-L5H0_knocked-out-7to3."""
     parts = []
@@ -124,7 +114,7 @@ def _with_values(state):
     r, model = state.result, state.model
     if r is None or model is None or r.value_norms is not None:
         return r
-    return _run_again(model, r, changed_by(state), values=True)
+    return _run_again(model, r, state.effects.changed_by(r), values=True)
 
 
 def _run_again(model, r, ablation=None, **wanted):
@@ -377,7 +367,7 @@ class ExportDialog(QDialog):
             stem = f"{model}_{scope}"
         else:
             stem = f"{model}_all"
-        off = changed_by(st) if scope in SCOPES else None
+        off = st.effects.changed_by(st.result) if scope in SCOPES else None
         if off is not None:  # the numbers of a changed run (.npy holds no header to say it)
             stem += "_" + _changed_stem(off)
         current = self.path_edit.text().strip()
@@ -475,7 +465,7 @@ class ExportDialog(QDialog):
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
                     hide_first=self.hide_first.isChecked(), fmt=fmt,
                     checkpoint=checkpoint_record(st.model), value_weighted=weighted,
-                    ablation=changed_by(st), model_path=st.model_path, badges=st.head_labels,
+                    ablation=st.effects.changed_by(st.result), model_path=st.model_path, badges=st.head_labels,
                     layer_kinds=st.model.config.layer_kinds() if st.model is not None else None)
         except (AttnvizError, OSError) as exc:
             message = describe_error(exc, writing=path)

@@ -147,3 +147,18 @@ def test_a_multimodal_gemma3_config_is_named_by_its_nested_key(tmp_path, cli):
     assert rc == 2
     assert (f"{folder / 'config.json'} sets text_config.num_hidden_layers to 9, but model.safetensors "
             "holds only layers 0..6: set text_config.num_hidden_layers to 7") in err, err
+
+
+def test_a_multimodal_gemma3_config_that_leaves_a_key_out_says_so_with_the_default(tmp_path, cli):
+    """A real multimodal config's text_config gives only a few keys: the one left out is not
+    said to be set, its default is named."""
+    folder = tmp_path / "gemma3"
+    shutil.copytree(FIXTURES / "gemma3", folder)
+    text = json.loads((folder / "config.json").read_text())
+    text.pop("vocab_size")
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    rc, _, err = cli("attention", "--model", str(folder), "--ids", "1,2,3", "--out", str(tmp_path / "a.npz"))
+    assert rc == 2
+    assert (f"{folder / 'config.json'} does not set text_config.vocab_size (default 262,208), but the "
+            "token embedding model.embed_tokens.weight in model.safetensors has 64 rows: set "
+            "text_config.vocab_size to 64 if these weights are the model's") in err, err

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.engine.reading.byte_sizes import format_bytes
-from gguf_files import tiny_gqa_files
+from gguf_files import CHANGED_NAMES, tiny_gqa_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,5 +42,5 @@ def test_a_command_whose_model_file_is_cut_short_says_so_and_exits_2(tmp_path, k
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[-1] == (
-        f"attnviz generate: error: {mapped.name} changed on disk after attnviz opened it (it was "
+        f"attnviz generate: error: {CHANGED_NAMES[kind]} changed on disk after attnviz opened it (it was "
         f"{format_bytes(size)}, it is 64 bytes now): open the model again to read the new file")

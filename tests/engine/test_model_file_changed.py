@@ -6,6 +6,7 @@ whole by a rename, the model goes on reading the file it opened, as it was. A GG
 safetensors folder each."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import ModelFileChanged, ModelLoadError
 from attnviz.engine.reading.byte_sizes import format_bytes
 from attnviz.engine.reading.mapped_files import changed_message
-from gguf_files import tiny_gqa_files
+from gguf_files import CHANGED_NAMES, spm_model, tiny_gqa_files
 from tiny import rewrite_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,8 +54,38 @@ def test_a_file_truncated_under_an_open_model_is_refused_not_a_crash(tmp_path, k
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.splitlines()[-1] == (
-        f"{mapped.name} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
+        f"{CHANGED_NAMES[kind]} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
         "64 bytes now): open the model again to read the new file")
+
+
+VOCABULARY = """
+import os, sys
+from attnviz.engine import load_model
+from attnviz.engine.errors import ModelFileChanged
+model = load_model(sys.argv[1], text="Hello world")  # (a vocabulary built for this text only)
+model.run("Hello world")
+os.truncate(sys.argv[1], 64)
+print(model.labels([1, 2, 3]))
+for read in (lambda: model.run("zebra quokka xylophone"), lambda: model.tokenizer.raw):
+    try:
+        read()
+    except ModelFileChanged as exc:
+        print(exc)
+"""
+
+
+def test_a_gguf_cut_short_is_refused_by_its_tokenizer_not_a_crash(tmp_path):
+    """A GGUF's vocabulary is read from its file: a new text (its own tokens, or the whole
+    vocabulary) and the labels of ids after the file was cut short, in a process of its own."""
+    path = spm_model(tmp_path / "spm.gguf")
+    size = path.stat().st_size
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", VOCABULARY, str(path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    said = (f"{path.name} changed on disk after attnviz opened it (it was {format_bytes(size)}, it is "
+            "64 bytes now): open the model again to read the new file")
+    assert proc.stdout.splitlines() == ["['<s>', '</s>', '<00>']", said, said]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -66,7 +97,7 @@ def test_a_file_rewritten_in_place_is_refused_by_whatever_reads_it_next(tmp_path
     size = mapped.stat().st_size
     mtime = rewrite_in_place(mapped)
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime // 1_000_000_000))
-    said = (f"{mapped.name} changed on disk after attnviz opened it (its size is the same, "
+    said = (f"{CHANGED_NAMES[kind]} changed on disk after attnviz opened it (its size is the same, "
             f"{format_bytes(size)}, but its modification time changed to {when}): open the model "
             "again to read the new file")
     reads = {"a run": lambda: model.run(ids=OTHER),
@@ -129,3 +160,14 @@ def test_a_thread_reading_the_weights_as_python_exits_finds_the_files_open(tmp_p
         proc = subprocess.run([sys.executable, "-c", EXITING, str(source)],
                               capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0 and "Error" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_of_two_models_open_the_refusal_names_the_folder_of_the_one_that_changed(tmp_path):
+    """Compare's A and B (or two training steps) each map a model.safetensors: the refusal says
+    which."""
+    a, b = (load_model(shutil.copytree(ROOT / "tests" / "fixtures" / "llama_gqa", tmp_path / step))
+            for step in ("step-8", "step-16"))
+    rewrite_in_place(tmp_path / "step-16" / "model.safetensors")
+    a.run(ids=OTHER, request=FRESH)
+    with pytest.raises(ModelFileChanged, match=r"^step-16/model\.safetensors changed on disk after attnviz"):
+        b.run(ids=OTHER, request=FRESH)

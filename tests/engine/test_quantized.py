@@ -197,3 +197,23 @@ def test_smollm2s_table_is_shared_where_requantizing_leaves_its_bytes_and_equals
     assert table is not smollm2.weights.tok_emb and table.qtype == Q.Q4_0
     src = dequantize(t.data, t.tensor_type).reshape(table.shape)  # requantized a block of rows at a time:
     np.testing.assert_array_equal(table.data, gguf.quants.quantize(src, Q.Q4_0))  # gguf's bytes on the whole
+
+
+def test_text_for_a_gguf_without_a_tokenizer_is_refused_for_that_reason_alone(tmp_path):
+    """The refusal gives the file's own reason, not a quantized copy's F16 notice, nor a
+    tokenizer.json (a folder's) once the file is gone from its name."""
+    from tests.gguf_files import tiny_gqa_files
+
+    path, _ = tiny_gqa_files("gguf", tmp_path)
+    model = load_model(path)
+    copy = quantized_model(model, "Q4_0")
+    assert "kept at F16" in copy.notice  # (shown beside the model, as before)
+    why = "this GGUF holds no tokenizer (it sets no tokenizer.ggml.model): type token ids instead, e.g. 5, 17, 3"
+    for m in (model, copy):
+        with pytest.raises(InputError) as err:
+            m.run("hello")
+        assert str(err.value) == f"{m.name}: {why}"
+    path.unlink()
+    with pytest.raises(InputError) as err:
+        model.run("hello")
+    assert str(err.value) == f"tiny: {why}"

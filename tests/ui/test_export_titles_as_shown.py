@@ -39,3 +39,22 @@ def test_the_exported_titles_are_those_the_grid_shows(qtbot, tmp_path, monkeypat
     exported = _export(w, monkeypatch, tmp_path / "layer.svg")
     assert [t.replace(" \u00b7 kv0", "") for t in exported] == shown
     assert all(" \u00b7 kv0" in t for t in exported)
+
+
+def test_a_head_whose_ablation_was_not_applied_is_not_marked_off_in_the_grid_or_the_export(
+        qtbot, tmp_path, monkeypatch):
+    """An ablation that cannot apply to the text (an edge outside its tokens) leaves the run
+    clean: no title says `· off`, the grid's as the export's."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(FIXTURES / "gemma3"), text=TEXT)
+    st, g = w.state, w.grid
+    st.set_layer(0)
+    st.effects.toggle_head(0, 2)
+    st.effects.toggle_knockout((0,), 40, 0)
+
+    def refused():
+        run = st.effects.run_of(st.result)
+        return run is not None and "not applied" in run.note and g.drawn is st.result
+    qtbot.waitUntil(refused, timeout=WAIT)
+    shown = g.titles()
+    assert len(shown) == 4 and not any("off" in t for t in shown), shown
+    assert [t.replace(" \u00b7 kv0", "") for t in _export(w, monkeypatch, tmp_path / "layer.svg")] == shown

@@ -23,8 +23,9 @@ def painted_titles(g) -> list[tuple[str, str]]:
     return [(t.text(), t.toolTip()) for t in sorted(items, key=lambda t: (round(t.scenePos().y()), t.scenePos().x()))]
 
 
-def layer_grid(qtbot, n_head: int, width: int, height: int):
-    """(state, grid) of a grid this size showing layer 7 of 8, n_head heads of uniform rows."""
+def layer_grid(qtbot, n_head: int, width: int, height: int, ablation=None):
+    """(state, grid) of a grid this size showing layer 7 of 8, n_head heads of uniform rows: a
+    run changed by `ablation` where one is given (the grid marks what the run shown switched off)."""
     att = np.full((8, n_head, T, T), 1 / T, dtype=np.float32)
     labels = [f"t{i}" for i in range(T)]
     st = AppState()
@@ -34,9 +35,12 @@ def layer_grid(qtbot, n_head: int, width: int, height: int):
     g.show()
     qtbot.waitExposed(g)
     st.set_layer(7)
+    if ablation is not None:
+        st.effects.set_ablation(ablation)
     with qtbot.waitSignal(st.sigResultChanged):
         st.set_result(SimpleNamespace(attentions=att, labels=labels, tokens=labels, text="x",
-                                      offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(n_head)))
+                                      offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(n_head),
+                                      trace=SimpleNamespace(edits=ablation.heads if ablation else ())))
     return st, g
 
 
@@ -63,8 +67,7 @@ def test_a_shortened_titles_whole_text_shows_where_it_is_hovered(qtbot):
 
     from attnviz.engine.analysing.effects import Ablation
 
-    st, g = layer_grid(qtbot, 12, 260, 400)
-    st.effects.set_ablation(Ablation(heads=tuple((7, h) for h in range(4))))
+    st, g = layer_grid(qtbot, 12, 260, 400, Ablation(heads=tuple((7, h) for h in range(4))))
     qtbot.waitUntil(lambda: any(t.toolTip().endswith("off") for t in g.gw.scene().items()
                                 if isinstance(t, QGraphicsSimpleTextItem) and t.isVisible()), timeout=5000)
     vp, view = g.gw.viewport(), g.gw.viewportTransform()

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from attnviz.engine.reading.byte_sizes import format_bytes
-from gguf_files import tiny_gqa_files
+from gguf_files import CHANGED_NAMES, tiny_gqa_files
 from tiny import rewrite_in_place, tiny_text_decoder
 from windows import WAIT, drain_events, grid_pixel, open_window, widget
 
@@ -47,10 +47,28 @@ def test_a_model_file_rewritten_under_the_window_is_named_and_the_heatmaps_stay(
     qtbot.waitUntil(banner.isVisible, timeout=WAIT)
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime // 1_000_000_000))
     assert banner.text() == (
-        f"Could not compute: {mapped.name} changed on disk after attnviz opened it (its size is "
+        f"Could not compute: {CHANGED_NAMES[kind]} changed on disk after attnviz opened it (its size is "
         f"the same, {format_bytes(size)}, but its modification time changed to {when}): open the "
         "model again to read the new file. The heatmaps show the last sentence that could be computed.")
     w.worker.wait_idle()
     drain_events()
     assert w.state.result is shown and w.grid.drawn is shown
     assert painted(w.grid) == before  # (the banner took some of its height: drawn smaller)
+
+
+def test_a_patching_run_after_the_file_changed_says_so_in_its_panel(qtbot, tmp_path):
+    """The run's checks read the prediction head, on the window's thread: refused in the panel's
+    line, as a run that met the change on its job is, not as an error of attnviz's own."""
+    source, mapped, first, _ = opened("safetensors", tmp_path)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(source), text=first)
+    w.worker.wait_idle()
+    drain_events()
+    rewrite_in_place(mapped)
+    panel = w.patching_panel
+    panel.corrupt_box.setText("the dog sat on the mat")
+    panel.run_button.click()
+    drain_events()
+    assert panel.note.text().startswith(
+        "Patching failed. tiny/model.safetensors changed on disk after attnviz opened it (its size is the same")
+    assert panel.note.text().endswith("open the model again to read the new file.")
+    assert not widget(w, "error_banner").isVisible()

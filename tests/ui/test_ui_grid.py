@@ -157,9 +157,11 @@ def test_a_cut_title_keeps_its_off_mark(grid, qtbot):
 
     st, g = grid
     g.resize(420, 300)
-    st.set_result(fake_result(random_attn(1, 4, 6)))
-    st.set_head_labels([["coreference (probe)", "", "", ""]])
     st.effects.set_ablation(Ablation(heads=((0, 0),)))
+    changed = fake_result(random_attn(1, 4, 6))
+    changed.trace = types.SimpleNamespace(edits=((0, 0),))  # (a run with the head switched off)
+    st.set_result(changed)
+    st.set_head_labels([["coreference (probe)", "", "", ""]])
     qtbot.waitUntil(lambda: g.layout_ is not None and g.titles()[0] == "L0 H0  · off  coreference (probe)")
     first = next(t for t in g.plot.addedItems if isinstance(t, Label) and t.full.startswith("L0 H0"))
     assert first.text().endswith(" (p)") and first.text().startswith("H0  · off  co")

@@ -45,6 +45,7 @@ class Model:
                  notice: str | None = None):
         self.name = name
         self.notice = notice  # one line for the user, e.g. why there is no tokenizer
+        self.no_tokenizer = notice if tokenizer is None else None  # (a loader's notice says why)
         self.path = path
         self.config = config
         self._weights = weights  # (read through `weights`)
@@ -74,7 +75,7 @@ class Model:
         """The weights, to read: every run and analysis reads them here, the files they map checked
         first (mapped_files.py: one fstat each; ModelFileChanged for one changed in place)."""
         weights = self._weights
-        check_files(weights.files)
+        check_files(weights.files, self.path)
         return weights
 
     @weights.setter
@@ -155,7 +156,7 @@ class Model:
         built on first use and kept until the memory budget changes (its copy packed for the
         kernels, made for the same table, kept then too). NoPrediction, in one line,
         for an encoder, a file missing its final norm or unembedding, or non-finite values in them."""
-        check_files(self._weights.files)  # (a head built before reads the files it maps)
+        check_files(self._weights.files, self.path)  # (a head built before reads the files)
         head = self._head
         if head is None:
             with self._head_lock:
@@ -244,6 +245,7 @@ class Model:
         t0 = time.perf_counter()
         if isinstance(text, Prepared) and ids is not None:
             raise InputError("give a prepared text or ids, not both")
+        check_files(self._weights.files, self.path)  # (before the tokens: a GGUF's tokenizer reads it)
         prep = text if isinstance(text, Prepared) else self.prepare(text, ids=ids, request=request)
         given, trace = trace, Trace() if trace is None else trace
         if trace.want_patterns and is_long(self.config, len(prep.ids), request.dense_limit):
@@ -354,8 +356,7 @@ class Model:
         return prep.ids, list(prep.tokens), prep.notice
 
     def labels(self, ids) -> list[str]:
-        """Token ids -> their labels as the window shows them (the ids themselves, as text, for a
-        model without a tokenizer)."""
+        """Token ids -> their labels as the window shows them (no tokenizer: the ids, as text)."""
         if self.tokenizer is None:
             return [str(int(i)) for i in ids]
         return self.tokenizer.labels_for_ids([int(i) for i in ids])[1]
@@ -412,10 +413,9 @@ class Model:
             text, notice = clean_text(text)
             if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
                 ids = parse_typed_ids(text)
-                if not ids:  # not ids, or nothing typed (a GGUF's notice says why it has no tokenizer)
-                    raise InputError(f"{self.name}: {self.notice}" if self.notice and Path(self.path).is_file()
-                                     else f"{self.name} has no tokenizer.json: type token ids instead, "
-                                     "e.g. 5, 17, 3")
+                if not ids:  # not ids, or nothing typed (the loader's notice says why there is no tokenizer)
+                    raise InputError(f"{self.name}: {self.no_tokenizer}" if self.no_tokenizer else
+                                     f"{self.name} has no tokenizer: type token ids instead, e.g. 5, 17, 3")
         if ids is not None:
             ids = check_ids(ids, self.config.vocab_size)
             return text or "", notice, Encoded(ids.tolist(), None, [], [(0, 0)] * len(ids),
@@ -469,7 +469,7 @@ class Model:
                     held = self._grams = (layers, [None] * len(layers))
         gram = held[1][i]
         if gram is None:  # (two threads may both make it: the same bits)
-            check_files(self._weights.files)  # (W_O read from the layers: the `weights` check)
+            check_files(self._weights.files, self.path)  # (W_O read from the layers)
             gram = held[1][i] = head_grams(output_projection(layers, i)[0], self.config.n_head)
         return gram
 

@@ -77,6 +77,7 @@ def quantized_model(model: Model, qtype: str) -> Model:
     out = Model(name, path, model.config, weights, model.tokenizer, license=model.license,
                 notice=notice)
     out.quantization = qt.name
+    out.no_tokenizer = model.no_tokenizer  # (its notice alone: the F16 one is no reason)
     return out
 
 

@@ -24,7 +24,7 @@ from attnviz.engine.reading.config import ModelConfig, config_from_dict
 from attnviz.engine.reading.gguf_tensors import REDO, GGUFTensors, tensor_table
 from attnviz.engine.reading.mapped_files import MappedFile
 from attnviz.engine.reading.validate import (
-    cannot_read, check_vocab_rows, exists, file_kind, is_whole, layers_held, refusal, regular_file, show,
+    blocks_held, cannot_read, check_vocab_rows, exists, file_kind, is_whole, refusal, regular_file, show,
     too_few_layers,
 )
 
@@ -434,11 +434,9 @@ def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensor
     short, or written with another model's metadata, is refused by name, not by its first missing
     tensor."""
     source = ts.path.name
-    parts = (n.split(".") for n in ts.names())
-    held = {int(p[1]) for p in parts if len(p) > 1 and p[0] == "blk" and p[1].isascii() and p[1].isdigit()}
-    first = layers_held(held, cfg.n_layer)
+    first = blocks_held(ts.names(), cfg.n_layer)
     if first is not None:
-        raise too_few_layers(source, f"{arch}.block_count", cfg.n_layer, first, "it",
+        raise too_few_layers(f"{source} sets {arch}.block_count to {cfg.n_layer:,}", first, "it",
                              "the file is incomplete or was written wrong; download or convert it again")
     if "token_embd.weight" in ts and len(ts.shape("token_embd.weight")) == 2:
         if metadata(reader, f"{arch}.vocab_size") is not None:

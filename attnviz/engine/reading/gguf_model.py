@@ -418,6 +418,7 @@ def _tokenizer_for_text(reader: GGUFReader, n_rows: int | None, spm: bool, pre: 
 
 
 def _whole_tokenizer(reader: GGUFReader, n_rows: int | None):  # -> tokenizers.Tokenizer
+    reader.mapped.check()  # (its strings are read from the mapped file: ModelFileChanged, not SIGBUS)
     return gguf_tokenizer(reader, n_rows)[0].raw
 
 
@@ -450,15 +451,16 @@ def _text_table(reader: GGUFReader, n_rows: int | None, kind: str):
 
 
 def _numbers(reader: GGUFReader, key: str, kinds: str) -> np.ndarray | None:
-    """A metadata array of numbers of NumPy kinds `kinds` ("iuf": no booleans) as the file holds
-    it; None where `key` is no such array."""
+    """A metadata array of numbers of NumPy kinds `kinds` ("iuf": no booleans), copied out of the
+    file (a tokenizer reads it after load: a view of the map would read a file changed since);
+    None where `key` is no such array."""
     field = reader.fields.get(key)
     if field is None or len(field.types) != 2 or field.types[0] != GGUFValueType.ARRAY:
         return None
     values = field.parts[field.data[0]] if len(field.data) == 1 else None
     if not isinstance(values, np.ndarray) or values.dtype.kind not in kinds or values.ndim != 1:
         return None
-    return values
+    return np.array(values)
 
 
 def read_gguf(path: Path, name: str | None = None, license: str | None = None,

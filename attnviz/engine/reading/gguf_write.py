@@ -52,7 +52,7 @@ from attnviz.engine.reading.quantize import (
 )
 from attnviz.engine.reading.gguf_write_tokenizer import hf_tokenizer_kv
 from attnviz.engine.reading.safetensors_model import check_vocab, too_few
-from attnviz.engine.reading.validate import exists, layers_held, os_reason
+from attnviz.engine.reading.validate import blocks_held, exists, os_reason
 from attnviz.engine.reading.weights import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -271,9 +271,7 @@ def _from_folder(folder: Path, qt: GGMLQuantizationType, name: str):
 def _check_counts(cfg: ModelConfig, ckpt: Checkpoint, tensors: list) -> None:
     """The folder's layers and vocabulary against its config.json, as loading it checks them: a
     file of more layers than its tensors, or another vocabulary, would be written, then refused."""
-    parts = (t.name.split(".") for t in tensors)
-    held = layers_held({int(n[1]) for n in parts if len(n) > 1 and n[0] == "blk" and n[1].isdigit()},
-                       cfg.n_layer)
+    held = blocks_held([t.name for t in tensors], cfg.n_layer)
     if held is not None:
         raise too_few(cfg, ckpt, held)
     embedding = next((hf for hf in ckpt.names() if hf.endswith("embed_tokens.weight")), None)

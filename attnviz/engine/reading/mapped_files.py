@@ -43,18 +43,31 @@ class MappedFile:
         """The whole file as read-only bytes, mapped from the held file."""
         return np.memmap(self.open_file(), dtype=np.uint8, mode="r")
 
-    def check(self) -> None:
+    def check(self, model_path=None) -> None:
         """ModelFileChanged where the held file's size or modification time is not what it was at
-        open (it was truncated, or written to, in place)."""
+        open (it was truncated, or written to, in place). The file is named from the folder that
+        holds the model at `model_path` (a model's folder, or its GGUF file) where given, so that
+        two models' files of one name (Compare's A and B, two training steps) read apart:
+        "gpt2/model.safetensors", "tiny.gguf"."""
         st = os.fstat(self._fh.fileno())
         if st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
-            raise ModelFileChanged(changed_message(self.path.name, self.size, st.st_size, st.st_mtime_ns))
+            raise ModelFileChanged(changed_message(self.named_from(model_path), self.size, st.st_size,
+                                                   st.st_mtime_ns))
+
+    def named_from(self, model_path=None) -> str:
+        """The file's path from the folder that holds `model_path`; its name where it is not under it."""
+        if model_path is not None:
+            top = Path(model_path).resolve().parent
+            mine = self.path.resolve()
+            if mine.is_relative_to(top):
+                return mine.relative_to(top).as_posix()
+        return self.path.name
 
 
-def check_files(files) -> None:
-    """Check each of `files` (MappedFile.check): one fstat each."""
+def check_files(files, model_path=None) -> None:
+    """Check each of `files`, of the model at `model_path` (MappedFile.check): one fstat each."""
     for f in files:
-        f.check()
+        f.check(model_path)
 
 
 def changed_message(name: str, was: int, now: int, mtime_ns: int) -> str:

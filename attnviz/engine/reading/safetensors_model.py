@@ -44,21 +44,26 @@ def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...], cfg: Mode
                          f"{list(candidates)}): is it a {cfg.model_type} model, as {ckpt.config} says?")
 
 
-def _key(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> str:
-    """The config.json key that set field `name` (Gemma 3's multimodal config nests its language
-    model's under text_config, which the config read leaves out)."""
+def _claim(cfg: ModelConfig, ckpt: Checkpoint, name: str, value: int) -> tuple[str, str]:
+    """(the config.json key of field `name`, what config.json says of it: "x sets key to value",
+    or "x does not set key (default value)" where it leaves the key out and a default stands, as
+    Gemma 3's do). Gemma 3's multimodal config nests its language model's under text_config, which
+    the config read leaves out."""
     key = pick(cfg.raw, keys(name, cfg.model_type))[0]
-    if cfg.family == "gemma3" and "text_config" in read_json_object(Path(ckpt.config)):
-        return f"text_config.{key}"
-    return key
+    raw = read_json_object(Path(ckpt.config))
+    given = raw.get(key) is not None
+    if cfg.family == "gemma3" and isinstance(raw.get("text_config"), dict):
+        given, key = raw["text_config"].get(key) is not None, f"text_config.{key}"
+    return key, (f"{ckpt.config} sets {key} to {value:,}" if given else
+                 f"{ckpt.config} does not set {key} (default {value:,})")
 
 
 def check_vocab(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> None:
     """The token embedding `name` has one row per token config.json counts (writing a GGUF too)."""
     rows = ckpt.shape(name)[0] if ckpt.shape(name) else 0
     if rows != cfg.vocab_size:
-        key = _key(cfg, ckpt, "vocab_size")
-        check_vocab_rows(rows, cfg.vocab_size, f"{ckpt.config} sets {key} to {cfg.vocab_size:,}",
+        key, claim = _claim(cfg, ckpt, "vocab_size", cfg.vocab_size)
+        check_vocab_rows(rows, cfg.vocab_size, claim,
                          f"the token embedding {name} in {held_by(ckpt.files)}",
                          f"set {key} to {rows:,} if these weights are the model's, or {SAVED_WITH}")
 
@@ -66,8 +71,8 @@ def check_vocab(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> None:
 def too_few(cfg: ModelConfig, ckpt: Checkpoint, held: int) -> ModelLoadError:
     """config.json counts more layers than the weights, which hold layers 0..held-1 (writing a
     GGUF too)."""
-    key = _key(cfg, ckpt, "n_layer")
-    return too_few_layers(ckpt.config, key, cfg.n_layer, held, held_by(ckpt.files),
+    key, claim = _claim(cfg, ckpt, "n_layer", cfg.n_layer)
+    return too_few_layers(claim, held, held_by(ckpt.files),
                           f"set {key} to {held:,} if the model has {held:,} "
                           f"layer{'s' if held != 1 else ''}, or add the missing layers' weights")
 

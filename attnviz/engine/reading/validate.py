@@ -389,12 +389,19 @@ def layers_held(held: set[int], n_layer: int) -> int | None:
     return first if first < n_layer and not held & set(range(first, n_layer)) else None
 
 
-def too_few_layers(source: str, key: str, n_layer: int, held: int, weights: str, fix: str
-                   ) -> ModelLoadError:
-    """`source` sets `key` (the layer count) to n_layer, but `weights` hold the tensors of only
-    the first `held` layers; `fix` says what to do."""
+def blocks_held(names, n_layer: int) -> int | None:
+    """layers_held of the layers whose tensors are among `names`, named as llama.cpp names them
+    ("blk.3.attn_q.weight": layer 3)."""
+    parts = (n.split(".") for n in names)
+    return layers_held({int(p[1]) for p in parts if len(p) > 1 and p[0] == "blk" and p[1].isascii()
+                        and p[1].isdigit()}, n_layer)
+
+
+def too_few_layers(claim: str, held: int, weights: str, fix: str) -> ModelLoadError:
+    """`claim` gives the layer count ("x sets block_count to 9"), but `weights` hold the tensors of
+    only the first `held` layers; `fix` says what to do."""
     which = {0: "no layer", 1: "only layer 0"}.get(held, f"only layers 0..{held - 1:,}")
-    return ModelLoadError(f"{source} sets {key} to {n_layer:,}, but {weights} holds {which}: {fix}")
+    return ModelLoadError(f"{claim}, but {weights} holds {which}: {fix}")
 
 
 def check_finite(arr: np.ndarray, name: str, source: str) -> None:

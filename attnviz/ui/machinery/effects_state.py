@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.analysing.effects import CLEAN, Ablation
+from attnviz.engine.analysing.effects import CLEAN, Ablation, is_changed
 
 
 class Effects(QObject):
@@ -150,6 +150,14 @@ class Effects(QObject):
         """The run behind `result` when the runner made it for these views, else None."""
         run = self.run
         return run if run is not None and run.result is result else None
+
+    def changed_by(self, result):
+        """The Ablation `result` is a changed run of (heads switched off, edges knocked out), or
+        None for a clean run: what the grid marks "off" on and an export names, alike."""
+        run = self.run_of(result)
+        if run is not None:
+            return run.ablation if run.changed is not None else None
+        return self.ablation if is_changed(result) else None
 
     def analysis_of(self, result):
         """The analysis when it is of `result` at the query, typed tokens and ablation the window

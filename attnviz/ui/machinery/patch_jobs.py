@@ -17,7 +17,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.reading.token_text import tokens
-from attnviz.engine.errors import Cancelled, InputError
+from attnviz.engine.errors import Cancelled, InputError, ModelFileChanged
 from attnviz.ui.machinery.runner import THREAD, describe_error, failure
 
 log = logging.getLogger(__name__)
@@ -196,8 +196,8 @@ class PatchJobs(QObject):
             return False
         try:
             ask = check(model, clean, corrupt, what, layer, direction, target_text, alt_text, position)
-        except InputError as exc:
-            self.note = str(exc)
+        except (InputError, ModelFileChanged) as exc:  # (the head and tokens read the model's file)
+            self.note = str(exc) if isinstance(exc, InputError) else failure("Patching failed", str(exc))
             self.aligned = getattr(exc, "aligned", "")
             self.sigChanged.emit()
             return False

@@ -296,13 +296,13 @@ class PatchingPanel(QWidget):
 
     def propose(self) -> None:
         from attnviz.engine.analysing.patching import propose_corrupt
-        from attnviz.engine.errors import InputError
+        from attnviz.engine.errors import InputError, ModelFileChanged
 
         if self.state.model is None or self.refusal():
             return
         try:
             proposal = propose_corrupt(self.state.model, self.state.text)
-        except InputError as exc:
+        except (InputError, ModelFileChanged) as exc:  # (a GGUF's whole vocabulary is read from its file)
             self._swap = (self.state.text, self.corrupt_box.text(), str(exc))
             self._say_swap()
             return

@@ -221,10 +221,11 @@ class HeatmapGrid(QWidget):
         # be the last text's: none, as while the scores are stale; a probe's are about the probe
         text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
         side = "" if self.shown_mode == "A" else GC.MODE_TITLES[self.shown_mode] + " "
+        off = self.state.effects.changed_by(self.drawn)  # (None: a clean run, or one not applied)
         for i, (l, h) in enumerate(lo.heads):  # (B, A − B: clean runs, none of A's run's marks)
             badge = "" if text_badges_stale or side else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
-            marks = tile_marks(kind, not side and (l, h) in self.state.effects.ablation.heads,
+            marks = tile_marks(kind, not side and off is not None and (l, h) in off.heads,
                                share[l][h] if not side and share is not None and l < len(share) else None)
             # (the badge last: a cut title loses it before the marks; the short forms lack the layer
             # and side every title shares, named by the layer selector and the Grid shows buttons)
@@ -294,7 +295,8 @@ class HeatmapGrid(QWidget):
 
     def _draw_off_marks(self) -> None:  # the crosses alone (a re-layout: _draw writes the titles)
         # (B or A − B shows both models' clean runs: nothing is off there)
-        heads = self.state.effects.ablation.heads if self.shown_mode == "A" else ()
+        off = self.state.effects.changed_by(self.drawn) if self.shown_mode == "A" else None
+        heads = off.heads if off is not None else ()
         draw_crosses(self.off_marks, self.layout_, [self._tile_index(l, h) for l, h in heads])
 
     def _draw_query(self, *_):
