@@ -17,6 +17,13 @@ from export_files import SENTENCE, SMALL, Calls, old_pair, snapshot
 from windows import WAIT
 
 
+@pytest.fixture(autouse=True)
+def _nothing_remembered(qapp):
+    """Each test starts from no remembered export choices (another file's export in this process
+    would leave its scope and folder in the process's settings)."""
+    QSettings("attnviz", "attnviz").remove("export")
+
+
 @pytest.fixture(scope="module")
 def run(minilm):
     return minilm.run(SENTENCE)
