@@ -16,7 +16,7 @@ from PySide6.QtGui import QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from attnviz.ui.machinery.state import AppState  # noqa: E402
-from windows import bare_focus, bare_grid, diagonal_result, drain_events  # noqa: E402
+from windows import WAIT, bare_focus, bare_grid, diagonal_result, drain_events  # noqa: E402
 
 READOUT = re.compile(r"L0 H(\d+)  t(\d+) \u2192 t(\d+)  ")
 T = 12
@@ -39,7 +39,9 @@ def _stops_on_the_second(qtbot, view, first: QPointF, second: QPointF, want) -> 
     _move(view, first)
     assert _named(view) is not None and _named(view) != want
     _move(view, second)  # (at once: sooner than the rate limit lets the scene pass it on)
-    qtbot.waitUntil(lambda: _named(view) == want, timeout=2000)
+    # (WAIT, not a short limit: a main thread kept from running by a busy machine would time out
+    # before the scene's rate limit timer had a chance to fire)
+    qtbot.waitUntil(lambda: _named(view) == want, timeout=WAIT)
 
 
 def test_the_grid_names_the_cell_where_the_pointer_stopped(qtbot):
