@@ -243,3 +243,32 @@ def test_custom_numbers_not_shown_on_another_model_are_named_once(qtbot, tmp_pat
     assert again.general_error.isVisible() and again.general_error.text().startswith("broken: ")
     gone = calc_restarted(qtbot, tmp_path, {**saved, "base": "a-model-since-removed"}, "llama_gqa")
     assert note(gone).startswith("The Custom figures you left were for a-model-since-removed; showing llama_gqa")
+
+
+def test_the_note_on_custom_numbers_of_another_model_names_only_the_run_fields_shown_as_saved(
+        qtbot, tmp_path):
+    """Custom numbers made on a preset no longer known come back as the loaded model with how they
+    were run; the note names the run fields shown as saved, and those saved but unreadable or out
+    of range (shown at their defaults) apart."""
+    from PySide6.QtWidgets import QLabel
+
+    def note(panel) -> str:
+        panel.show()
+        qtbot.waitExposed(panel)
+        return next((label.text() for label in panel.findChildren(QLabel)
+                     if label.isVisible() and "Custom figures" in label.text()), "")
+
+    defaults = calc_shown(calc_restarted(qtbot, tmp_path, {}, "llama_gqa"))
+    custom = {"preset": "__custom__", "base": "nope-preset", "d_model": "-5"}
+    bad = calc_restarted(qtbot, tmp_path, {**custom, "seq_len": "99999999999", "batch": "abc",
+                                           "kv_dtype": "fp3"}, "llama_gqa")
+    assert calc_shown(bad) == defaults
+    assert note(bad) == ("The Custom figures you left were for nope-preset; showing llama_gqa. Your saved "
+                         "context, batch and KV dtype could not be used (unreadable or out of range): "
+                         "they show their default.")
+    some = calc_restarted(qtbot, tmp_path, {**custom, "seq_len": "0", "batch": "3", "kv_dtype": "int8"},
+                          "llama_gqa")
+    assert (calc_shown(some)["batch"], calc_shown(some)["seq_len"]) == ("3", defaults["seq_len"])
+    assert note(some) == ("The Custom figures you left were for nope-preset; showing llama_gqa, with your "
+                          "batch and KV dtype (the same fields on another model give other totals). Your "
+                          "saved context could not be used (unreadable or out of range): it shows its default.")

@@ -284,20 +284,21 @@ def saved_raised_tabs(settings: QSettings) -> list[str]:
 # --- a side panel's fields: the Calculator's ("calc/"), Generate's ("generate/") -------------------
 def saved_fields(settings: QSettings, group: str, types: dict) -> dict:
     """The values saved under `group/` for the keys of `types` ({key: int, float, bool or str}),
-    each read as its type; one missing or unreadable as it (a hand-edited file, "" for a field
-    left at its default) is left out. The panel checks the rest (a range, a preset it knows)."""
+    each read as its type; one missing or "" (a field left at its default) is left out, one
+    unreadable as its type (a hand-edited file) comes as its text, for the panel to say it could
+    not use it. The panel checks the rest (a range, a preset it knows)."""
     out = {}
     for key, kind in types.items():
         value = settings.value(f"{group}/{key}")
-        if value is None:
+        if value is None or str(value) == "":
             continue
         try:
-            value = _bool(value, None) if kind is bool else kind(str(value)) if kind is not float \
+            read = _bool(value, None) if kind is bool else kind(str(value)) if kind is not float \
                 else float(value)
         except (TypeError, ValueError):
-            continue
-        if value is not None and (kind is not float or math.isfinite(value)):
-            out[key] = value
+            read = None
+        ok = read is not None and (kind is not float or math.isfinite(read))
+        out[key] = read if ok else str(value)
     return out
 
 

@@ -85,7 +85,23 @@ def _arch_field(name: str, value) -> str:
     return f"{name} {value:,}" if isinstance(value, int) else f"{name} {value}"
 
 
-def dropped_text(made_on: str, shown: str) -> str:
-    """The note for remembered Custom figures not shown: made on `made_on`, shown on `shown`."""
-    return (f"The Custom figures you left were for {made_on}; showing {shown}, with your context, "
-            "batch and KV dtype (the same fields on another model give other totals).")
+RUN_NAMES = {"seq_len": "context", "batch": "batch", "kv_dtype": "KV dtype"}  # the run fields, as notes name them
+
+
+def dropped_text(made_on: str, shown: str, restored=(), reset=()) -> str:
+    """The note for remembered Custom figures not shown: made on `made_on`, shown on `shown`, with
+    the run fields `restored` as saved, and those `reset` to the defaults (keys of RUN_NAMES)."""
+    text = f"The Custom figures you left were for {made_on}; showing {shown}"
+    if restored:
+        text += (f", with your {_listed(restored)} (the same fields on another model give other "
+                 "totals)")
+    text += "."
+    if reset:
+        text += (f" Your saved {_listed(reset)} could not be used (unreadable or out of range): "
+                 f"{'they show their' if len(reset) > 1 else 'it shows its'} default.")
+    return text
+
+
+def _listed(keys) -> str:  # "context, batch and KV dtype"
+    names = [RUN_NAMES.get(key, key) for key in keys]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

@@ -178,19 +178,19 @@ class CalcPanel(QWidget):
         longer known, a value outside its field's range or a dtype not offered leaves what the
         panel shows. Custom numbers come back only on the base they were made from (a known preset,
         or the loaded model of the same name); on any other, only the run fields (seq_len, batch,
-        KV dtype), on the loaded model. Without a model yet, shown again once the first one has
+        KV dtype), on the loaded model, with a note naming those shown as saved and those saved
+        unreadable or out of range (an unreadable value comes as its text: saved_fields). Without a model yet, shown again once the first one has
         come."""
         if self.state is not None and self.state.model is None:
             self._saved = dict(saved)
         preset, base = saved.get("preset"), saved.get("base")
         loaded = self._loaded is not None
+        made_on = None  # Custom numbers of another model: said once the fields are shown
         if preset == CUSTOM and not (base in self.presets or base == LOADED and loaded
                                      and saved.get("base_model") in (None, "", self._loaded_name)):
             preset = LOADED  # its numbers on another model than theirs: only how it was run
             if loaded:  # (said once the model is shown)
-                made_on = saved.get("base_model") if base == LOADED else base
-                self.dropped_note.setText(dropped_text(made_on or "another model", self._loaded_name))
-                self.dropped_note.show()
+                made_on = (saved.get("base_model") if base == LOADED else base) or "another model"
         if preset == CUSTOM:
             self._select(base)
         elif preset in self.presets or preset == LOADED and loaded:
@@ -198,17 +198,25 @@ class CalcPanel(QWidget):
         editable = self.spins if preset == CUSTOM else RUN_FIELDS
         if self._base.mla is not None:  # MLA sets these (greyed): a number saved in them is not MLA's
             editable = [key for key in editable if key not in MLA_SET]
+        restored, reset = [], []  # the run fields shown as saved, and those saved but not usable
         for key in editable:
             spin, value = self.spins[key], saved.get(key)
             if isinstance(value, int) and spin.minimum() <= value <= spin.maximum():
                 spin.blockSignals(True)
                 spin.setValue(value)
                 spin.blockSignals(False)
+                restored.append(key)
+            elif key in saved:
+                reset.append(key)
         index = self.dtype_combo.findData(saved.get("kv_dtype"))
         if index >= 0:
             self.dtype_combo.blockSignals(True)
             self.dtype_combo.setCurrentIndex(index)
             self.dtype_combo.blockSignals(False)
+        (restored if index >= 0 else reset if "kv_dtype" in saved else []).append("kv_dtype")
+        if made_on is not None:
+            self.dropped_note.setText(dropped_text(made_on, self._loaded_name, restored, reset))
+            self.dropped_note.show()
         if preset == CUSTOM:
             self.preset_combo.blockSignals(True)
             self.preset_combo.setCurrentIndex(self.preset_combo.findData(CUSTOM))

@@ -5,13 +5,18 @@ local layer, a cross over each switched-off head."""
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QPainterPath, QPen
+from PySide6.QtGui import QColor, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
 
 from attnviz.figures.style import ERROR as OFF, FOCUS, WINDOW_EDGE
 from attnviz.figures.view import window_edge
+from attnviz.ui.views.grid_items import MosaicImage
 from attnviz.ui.views.mosaic import focus_margin
+
+DIM = np.zeros((256, 4), np.uint8)  # the dimmed rows' table: entry 1 darkens, entry 0 leaves be
+DIM[1] = (0, 0, 0, 150)
 
 
 def _cosmetic(colour: str, width: int, style=Qt.PenStyle.SolidLine) -> QPen:  # (as wide at any zoom)
@@ -20,16 +25,16 @@ def _cosmetic(colour: str, width: int, style=Qt.PenStyle.SolidLine) -> QPen:  # 
     return pen
 
 
-def mark_items(plot) -> tuple[QGraphicsRectItem, QGraphicsPathItem, QGraphicsPathItem, QGraphicsPathItem,
+def mark_items(plot) -> tuple[QGraphicsRectItem, MosaicImage, QGraphicsPathItem, QGraphicsPathItem,
                               QGraphicsPathItem]:
     """(the focus frame, the query's dimmed rows, the query's line, the window's edge, the crosses
     over switched-off heads): each hidden, added to view box `plot` over the mosaic (z 0)."""
     focus_rect = QGraphicsRectItem()
     focus_rect.setPen(_cosmetic(FOCUS, 2))
     focus_rect.setZValue(5)
-    query_dim = QGraphicsPathItem()
-    query_dim.setPen(QPen(Qt.PenStyle.NoPen))
-    query_dim.setBrush(QBrush(QColor(0, 0, 0, 150)))
+    # an image of the mosaic's size over it: Qt paints its pixels on exactly the screen pixels of
+    # the mosaic's (a filled rect's edges round to other pixels than a scaled image's columns)
+    query_dim = MosaicImage(axisOrder="row-major")
     query_dim.setZValue(3)
     query_line = QGraphicsPathItem()
     query_line.setPen(_cosmetic("#ffffff", 1))
@@ -56,23 +61,21 @@ def draw_focus(frame: QGraphicsRectItem, lo, i: int | None) -> None:
     frame.show()
 
 
-def draw_query(dim: QGraphicsPathItem, line: QGraphicsPathItem, lo, q: int | None) -> None:
-    """Query `q`'s row in every tile of layout `lo`: the other rows dimmed, a line round it; both
-    hidden without a query, a layout or that token."""
+def draw_query(dim: MosaicImage, line: QGraphicsPathItem, lo, q: int | None) -> None:
+    """Query `q`'s row in every tile of layout `lo`: the other rows dimmed (an image laid over the
+    mosaic, cell for cell), a line round it; both hidden without a query, a layout or that token."""
     if q is None or lo is None or q >= lo.n_tok:
         dim.hide()
         line.hide()
         return
     T = lo.T
     q //= lo.pool
-    dims, lines = QPainterPath(), QPainterPath()
+    dims, lines = np.zeros((lo.height, lo.width), np.uint8), QPainterPath()
     for x, y in zip(lo.x0.tolist(), lo.y0.tolist()):
-        if q > 0:
-            dims.addRect(QRectF(x, y, T, q))
-        if q < T - 1:
-            dims.addRect(QRectF(x, y + q + 1, T, T - q - 1))
+        dims[y:y + T, x:x + T] = 1
+        dims[y + q, x:x + T] = 0
         lines.addRect(QRectF(x, y + q, T, 1))
-    dim.setPath(dims)
+    dim.setImage(dims, levels=(0, 255), lut=DIM, autoLevels=False)
     line.setPath(lines)
     dim.show()
     line.show()
