@@ -166,3 +166,14 @@ def test_labels_remembered_per_piece_are_the_labels_read_afresh(kind):
         want = _labels_read_afresh(pieces, kind, special)
         assert readable_tokens(pieces, kind, special) == want
         assert readable_tokens(pieces, kind, special) == want
+
+
+def test_a_cut_text_names_what_it_shows(minilm, toy):
+    """A cut MiniLM text shows [CLS], its first body tokens and its closing [SEP]; a cut decoder text
+    its first tokens."""
+    from attnviz.engine.computing.request import RunRequest
+    from attnviz.engine.reading.token_text import cut_shown
+    r = minilm.run("The quick brown fox. " * 120, request=RunRequest(truncate=True))
+    assert cut_shown(r.labels, r.offsets) == "its first 511 tokens and its closing [SEP]"
+    r = toy.run("a b c " * 100, request=RunRequest(truncate=True))
+    assert r.truncated and cut_shown(r.labels, r.offsets) == f"its first {len(r.labels)} tokens"

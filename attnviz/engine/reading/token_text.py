@@ -233,3 +233,13 @@ def plural(n: int, word: str) -> str:
 def tokens(n: int) -> str:
     """`1 token`, `41 tokens`."""
     return plural(n, "token")
+
+
+def cut_shown(labels: Sequence[str], offsets: Sequence[tuple[int, int]]) -> str:
+    """What a text cut to the model's positions shows, in words: 'its first 512 tokens', or 'its
+    first 511 tokens and its closing [SEP]' where the cut kept the text's closing special token
+    (a token that spans no text, last)."""
+    T = len(labels)
+    if T > 1 and offsets and offsets[-1][1] <= offsets[-1][0]:
+        return f"its first {tokens(T - 1)} and its closing {labels[-1]}"
+    return f"its first {tokens(T)}"
