@@ -202,3 +202,10 @@ def test_a_token_that_draws_nothing_shows_something(smollm2):
     r = smollm2.run("I \u2764\ufe0f \u6771\u4eac")
     assert "<EF B8 8F>" in r.labels, r.labels
     assert all(any(unicodedata.category(c) not in ("Mn", "Me", "Cf") for c in lab) for lab in r.labels), r.labels
+
+
+def test_right_to_left_labels_are_set_apart_and_others_left_as_they_are():
+    from attnviz.engine.reading.token_text import isolated
+    assert isolated("\u05e9") == "\u2068\u05e9\u2069" and isolated("##\u05dc") == "\u2068##\u05dc\u2069"
+    assert isolated("\u0661\u0662") == "\u2068\u0661\u0662\u2069"  # Arabic digits turn a line around too
+    assert [isolated(s) for s in ("·the", "12", "<E2 80 AE>", "杰", "🙂")] == ["·the", "12", "<E2 80 AE>", "杰", "🙂"]

@@ -270,3 +270,20 @@ def cut_shown(labels: Sequence[str], offsets: Sequence[tuple[int, int]]) -> str:
     if T > 1 and offsets and offsets[-1][1] <= offsets[-1][0]:
         return f"its first {tokens(T - 1)} and its closing {labels[-1]}"
     return f"its first {tokens(T)}"
+
+
+FIRST_STRONG_ISOLATE, POP_ISOLATE = "\u2068", "\u2069"
+
+
+def isolated(label: str) -> str:
+    """A label set apart from the line it stands in (U+2068 ... U+2069), so a right-to-left token
+    draws as itself and never reorders the arrow or the weight beside it ("ש → ##ל  0.09"). Only a
+    label with right-to-left letters or Arabic digits needs it: the rest cannot turn a
+    left-to-right line around. For the window and painted figures; command-line, CSV and JSON text
+    keep labels as they are."""
+    if any(unicodedata.bidirectional(c) in _RTL_CLASSES for c in label):
+        return FIRST_STRONG_ISOLATE + label + POP_ISOLATE
+    return label
+
+
+_RTL_CLASSES = ("R", "AL", "AN", "RLE", "RLO", "LRE", "LRO", "PDF", "RLI", "LRI", "FSI", "PDI")

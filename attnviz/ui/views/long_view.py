@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QStackedWidget, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.reading.token_text import cut_shown, tokens
+from attnviz.engine.reading.token_text import cut_shown, isolated, tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.style import no_value_legend
@@ -268,7 +268,7 @@ class LongView(QWidget):
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
-            self.key_strip.set_text(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(keys) + more)
+            self.key_strip.set_text(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(map(isolated, keys)) + more)
         pic = self.picture()
         self.export_button.setEnabled(pic is not None)
         self.export_button.setToolTip(EXPORT_TIP if pic is not None else
