@@ -177,6 +177,7 @@ def test_a_cut_text_names_what_it_shows(minilm, toy):
     from attnviz.engine.reading.token_text import cut_shown
     r = minilm.run("The quick brown fox. " * 120, request=RunRequest(truncate=True))
     assert cut_shown(r.labels, r.offsets) == "its first 511 tokens and its closing [SEP]"
+    assert cut_shown(r.labels, r.offsets, short=True) == "its first 511 and [SEP]"
     r = toy.run("a b c " * 100, request=RunRequest(truncate=True))
     assert r.truncated and cut_shown(r.labels, r.offsets) == f"its first {len(r.labels)} tokens"
 

@@ -262,14 +262,16 @@ def tokens(n: int) -> str:
     return plural(n, "token")
 
 
-def cut_shown(labels: Sequence[str], offsets: Sequence[tuple[int, int]]) -> str:
+def cut_shown(labels: Sequence[str], offsets: Sequence[tuple[int, int]], short: bool = False) -> str:
     """What a text cut to the model's positions shows, in words: 'its first 512 tokens', or 'its
     first 511 tokens and its closing [SEP]' where the cut kept the text's closing special token
-    (a token that spans no text, last)."""
+    (a token that spans no text, last); `short`: 'its first 512', 'its first 511 and [SEP]'."""
     T = len(labels)
-    if T > 1 and offsets and offsets[-1][1] <= offsets[-1][0]:
-        return f"its first {tokens(T - 1)} and its closing {labels[-1]}"
-    return f"its first {tokens(T)}"
+    closing = T > 1 and offsets and offsets[-1][1] <= offsets[-1][0]
+    first = T - 1 if closing else T
+    if short:
+        return f"its first {first:,}" + (f" and {labels[-1]}" if closing else "")
+    return f"its first {tokens(first)}" + (f" and its closing {labels[-1]}" if closing else "")
 
 
 FIRST_STRONG_ISOLATE, POP_ISOLATE = "\u2068", "\u2069"

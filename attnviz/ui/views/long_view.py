@@ -257,7 +257,7 @@ class LongView(QWidget):
             tl = tl if tl is not None and tl.region == r and tl.options == applied else None
             res = (cells_text(ov, tl) if now else "computing…") + options_text(applied)
             res_ = lg.run.result
-            count = (f"{tokens(res_.n_tokens_full)}, {cut_shown(res_.labels, res_.offsets)} shown "
+            count = (f"{cut_shown(res_.labels, res_.offsets, short=True)} of {tokens(res_.n_tokens_full)} "
                      "(the model's positions)"
                      if res_.truncated else tokens(lp.T))
             self.info.set_text(f"Long text: {count} · "
