@@ -29,7 +29,7 @@ from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.computing.edits import ReplaceHead, patches_at
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures.anatomy_parts import (
     AnatomyLayout, AnatomyView, Band, Block, shape_text, signed_limit, signed_rgb, weight_color,
 )
@@ -315,9 +315,9 @@ def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | 
                                            if view.n_group > 1 else "")
     where = f"row {i}, col {j}"
     if b.row_names is not None:
-        where = f"token {i} {quoted(view.labels[i])}, col {j}"
+        where = f"token {i} {quoted(isolated(view.labels[i]))}, col {j}"
         if b.kind == "pattern":
-            where = f"{quoted(view.labels[i])} \u2192 {quoted(view.labels[j])}"
+            where = f"{quoted(isolated(view.labels[i]))} \u2192 {quoted(isolated(view.labels[j]))}"
     value = float(b.data[i, j])
     return (f"{name}{who}  {shape_text(b.shape)} float32, {format_bytes(b.nbytes)}  \u00b7  "
             f"{where}: {minus_signs(f'{value:.4g}')}")

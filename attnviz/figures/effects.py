@@ -18,7 +18,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures import headmap
 from attnviz.figures.export_view import checkpoint_entry, model_title
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
@@ -53,7 +53,7 @@ class EffectsView:
 
     def title(self) -> str:
         a = self.analysis
-        where = f"after {quoted(self.labels[a.position])} (token {a.position})"
+        where = f"after {quoted(isolated(self.labels[a.position]))} (token {a.position})"
         name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[self.kind]
         return f"{name} {where}, {model_title(self.model, self.checkpoint)}"
 

@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QGuiApplication
 
 from attnviz.engine.reading.token_text import plural, tokens
 from attnviz.engine.computing.patterns import group_size, head_title
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures import numbers
 from attnviz.figures.export_view import ExportView
@@ -136,7 +136,7 @@ def header_lines(view: ExportView, s: float, inner_w: float, short: str = "") ->
              else "per-head scale (0\u2013each head's max)")
     notes = [tokens(len(view.tokens)), f"colormap {view.colormap}", scale]
     if view.hide_first:
-        notes.append(f"first token {quoted(view.labels[0])} hidden, rows renormalised"
+        notes.append(f"first token {quoted(isolated(view.labels[0]))} hidden, rows renormalised"
                      + (f"; a row with no other key has no value, {no_value_word(view.colormap)} (in a "
                         "panel drawn smaller than its cells, pooled with the rows beside it)"
                         if view.blank().any() else ""))

@@ -1,6 +1,8 @@
 """Tokens as a person reads them: byte-level BPE decoded, spaces and whitespace visible, split
 characters shown as their bytes and completed, on every tokenizer kind the project ships."""
 
+import unicodedata
+
 import numpy as np
 import pytest
 
@@ -166,3 +168,45 @@ def test_labels_remembered_per_piece_are_the_labels_read_afresh(kind):
         want = _labels_read_afresh(pieces, kind, special)
         assert readable_tokens(pieces, kind, special) == want
         assert readable_tokens(pieces, kind, special) == want
+
+
+def test_a_cut_text_names_what_it_shows(minilm, toy):
+    """A cut MiniLM text shows [CLS], its first body tokens and its closing [SEP]; a cut decoder text
+    its first tokens."""
+    from attnviz.engine.computing.request import RunRequest
+    from attnviz.engine.reading.token_text import cut_shown
+    r = minilm.run("The quick brown fox. " * 120, request=RunRequest(truncate=True))
+    assert cut_shown(r.labels, r.offsets) == "its first 511 tokens and its closing [SEP]"
+    assert cut_shown(r.labels, r.offsets, short=True) == "its first 511 and [SEP]"
+    r = toy.run("a b c " * 100, request=RunRequest(truncate=True))
+    assert r.truncated and cut_shown(r.labels, r.offsets) == f"its first {len(r.labels)} tokens"
+
+
+def test_format_characters_show_as_bytes_never_raw():
+    """A bidi override or a zero-width space inside a token shows as its bytes, so a label never
+    reorders the line it stands in; the joiners stay beside what they join."""
+    assert readable_tokens(["ab\u202ec", "x\u200by", "\u2067z", "a\u200db"], TEXT) == [
+        "ab<E2 80 AE>c", "x<E2 80 8B>y", "<E2 81 A7>z", "a\u200db"]
+    rlo = "\u202e".encode()
+    pieces = [byte_piece(b" " + rlo[:2]), byte_piece(rlo[2:]), byte_piece(rlo + b"abc")]
+    labels = readable_tokens(pieces, BYTE_LEVEL)
+    assert labels == ["·<E2 80>", "<AE><E2 80 AE>", "<E2 80 AE>abc"]
+    assert not any(unicodedata.category(c) == "Cf" for lab in labels for c in lab)
+
+
+def test_a_token_that_draws_nothing_shows_something(smollm2):
+    """A variation selector, a joiner or a format character alone shows as its bytes; a combining
+    mark alone on a dotted circle."""
+    assert readable_tokens(["\ufe0f", "\u200d", "\ufeff", "\u0301", "\u0301\u0302"], TEXT) == [
+        "<EF B8 8F>", "<E2 80 8D>", "<EF BB BF>", "\u25cc\u0301", "\u25cc\u0301\u0302"]
+    assert readable_tokens([byte_piece("\ufe0f".encode())], BYTE_LEVEL) == ["<EF B8 8F>"]
+    r = smollm2.run("I \u2764\ufe0f \u6771\u4eac")
+    assert "<EF B8 8F>" in r.labels, r.labels
+    assert all(any(unicodedata.category(c) not in ("Mn", "Me", "Cf") for c in lab) for lab in r.labels), r.labels
+
+
+def test_right_to_left_labels_are_set_apart_and_others_left_as_they_are():
+    from attnviz.engine.reading.token_text import isolated
+    assert isolated("\u05e9") == "\u2068\u05e9\u2069" and isolated("##\u05dc") == "\u2068##\u05dc\u2069"
+    assert isolated("\u0661\u0662") == "\u2068\u0661\u0662\u2069"  # Arabic digits turn a line around too
+    assert [isolated(s) for s in ("·the", "12", "<E2 80 AE>", "杰", "🙂")] == ["·the", "12", "<E2 80 AE>", "杰", "🙂"]

@@ -54,6 +54,7 @@ def test_a_cut_texts_info_line_reads_whole_and_the_key_strip_cuts_at_a_word(wind
     info, strip = view.info, view.key_strip
     qtbot.waitUntil(lambda: "the model's positions" in info.full, timeout=WAIT)
     assert window.state.long.run.result.truncated
+    assert info.full.startswith("Long text: its first 511 and [SEP] of ")  # [CLS], 510 of the text's, [SEP]
     assert "the model's positions" in info.text() and info.text() == info.toolTip()
     assert _lines_needed(info, info.text()) * info.fontMetrics().lineSpacing() <= info.contentsRect().height()
     shown = strip.text()

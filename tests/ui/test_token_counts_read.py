@@ -23,8 +23,10 @@ def test_a_cut_text_counts_with_separators(qtbot, tmp_path):
     w.state.set_text("word " * 1200)
     notice = widget(w, "text_notice")
     qtbot.waitUntil(lambda: notice.isVisible() and notice.text().startswith("Text is"), timeout=WAIT)
-    assert re.match(r"Text is 1,\d{3} tokens; all-MiniLM-L6-v2 reads at most 512 positions, so only "
-                    r"the first 512 are shown\.", notice.text()), notice.text()
+    # what is shown is [CLS], the text's first 510 tokens and its closing [SEP]: the notice says so
+    assert re.fullmatch(r"Text is 1,\d{3} tokens; all-MiniLM-L6-v2 reads at most 512 positions, so what "
+                        r"is shown is its first 511 tokens and its closing \[SEP\]\.", notice.text()), notice.text()
+    assert w.state.result.labels[-1] == "[SEP]" and len(w.state.result.labels) == 512
 
 
 def test_one_token_in_why_here(qtbot, tmp_path):

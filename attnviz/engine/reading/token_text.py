@@ -11,6 +11,10 @@ shows (token strip, axes, hover, Find, exports, command-line tables).
   UTF-8 at all show the same way.
 - WordPiece and word-level pieces ("the", "##lip", "[UNK]") read as they are; special tokens
   ("[CLS]", "<|endoftext|>") keep their own spelling.
+- A format character (a bidi control such as U+202E, a zero-width space, U+FEFF) shows as its
+  bytes, so a label never reorders the line it stands in; the joiners U+200C and U+200D stay.
+- A token that would draw nothing shows something: a combining mark alone on a dotted circle
+  ("◌́"), a variation selector or a joiner alone as its bytes ("<EF B8 8F>").
 
 The raw piece is not lost: a RunResult keeps it in `tokens` (hover shows both).
 """
@@ -29,6 +33,9 @@ KINDS = (BYTE_LEVEL, SENTENCEPIECE, TEXT)
 
 SPACE_MARK = "\u00b7"  # · a leading or trailing space of a word
 WHITESPACE_MARKS = {" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5", "\r": "\u240d"}  # ␣ ↵ ⇥ ␍
+JOINERS = "\u200c\u200d"  # zero-width non-joiner and joiner
+DOTTED_CIRCLE = "\u25cc"  # ◌ the base a combining mark alone is shown on
+INVISIBLE = ("Mn", "Me", "Cf")  # categories that draw nothing alone (marks, format characters)
 _SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
@@ -94,15 +101,34 @@ def _mark_text(text: str, alone: bool = True) -> str:
     lead = len(text) - len(body)
     core = body.rstrip(" ")
     trail = len(body) - len(core)
-    out = []
-    for c in core:
-        if c in WHITESPACE_MARKS and c != " ":
-            out.append(WHITESPACE_MARKS[c])
-        elif unicodedata.category(c) == "Cc":
-            out.append(_hex(c.encode("utf-8")))
-        else:
-            out.append(c)
-    return SPACE_MARK * lead + "".join(out) + SPACE_MARK * trail
+    marked = SPACE_MARK * lead + "".join(map(_shown_char, core)) + SPACE_MARK * trail
+    return _drawn(marked) if alone else marked
+
+
+def _shown_char(c: str) -> str:
+    """One character as a label shows it: a newline, tab or return as its mark, a control or format
+    character (a bidi override, a zero-width space) as its bytes, so no label reorders or hides the
+    text around it; the joiners stay, since they shape the characters beside them."""
+    if c in WHITESPACE_MARKS and c != " ":
+        return WHITESPACE_MARKS[c]
+    cat = unicodedata.category(c)
+    if cat == "Cc" or (cat == "Cf" and c not in JOINERS):
+        return _hex(c.encode("utf-8"))
+    return c
+
+
+def _is_variation_selector(c: str) -> bool:
+    return "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
+
+
+def _drawn(label: str) -> str:
+    """A label that would draw nothing, given a visible form: combining marks alone on a dotted
+    circle ("◌́"), a variation selector or joiner alone as its bytes ("<EF B8 8F>")."""
+    if not label or any(unicodedata.category(c) not in INVISIBLE for c in label):
+        return label
+    if all(unicodedata.category(c) in ("Mn", "Me") and not _is_variation_selector(c) for c in label):
+        return DOTTED_CIRCLE + label
+    return _hex(label.encode("utf-8"))
 
 
 class _Decoder:
@@ -176,7 +202,8 @@ class _Decoder:
             else:
                 out.append((kind, s))
         alone = len(out) == 1
-        return "".join(_mark_text(s, alone) if kind == "text" else s for kind, s in out)
+        return "".join(_mark_text(s, alone) if kind == "text" else "".join(map(_shown_char, s)) if kind == "char"
+                       else s for kind, s in out)
 
 
 def readable_tokens(pieces: Sequence[str], kind: str,
@@ -233,3 +260,32 @@ def plural(n: int, word: str) -> str:
 def tokens(n: int) -> str:
     """`1 token`, `41 tokens`."""
     return plural(n, "token")
+
+
+def cut_shown(labels: Sequence[str], offsets: Sequence[tuple[int, int]], short: bool = False) -> str:
+    """What a text cut to the model's positions shows, in words: 'its first 512 tokens', or 'its
+    first 511 tokens and its closing [SEP]' where the cut kept the text's closing special token
+    (a token that spans no text, last); `short`: 'its first 512', 'its first 511 and [SEP]'."""
+    T = len(labels)
+    closing = T > 1 and offsets and offsets[-1][1] <= offsets[-1][0]
+    first = T - 1 if closing else T
+    if short:
+        return f"its first {first:,}" + (f" and {labels[-1]}" if closing else "")
+    return f"its first {tokens(first)}" + (f" and its closing {labels[-1]}" if closing else "")
+
+
+FIRST_STRONG_ISOLATE, POP_ISOLATE = "\u2068", "\u2069"
+
+
+def isolated(label: str) -> str:
+    """A label set apart from the line it stands in (U+2068 ... U+2069), so a right-to-left token
+    draws as itself and never reorders the arrow or the weight beside it ("ש → ##ל  0.09"). Only a
+    label with right-to-left letters or Arabic digits needs it: the rest cannot turn a
+    left-to-right line around. For the window and painted figures; command-line, CSV and JSON text
+    keep labels as they are."""
+    if any(unicodedata.bidirectional(c) in _RTL_CLASSES for c in label):
+        return FIRST_STRONG_ISOLATE + label + POP_ISOLATE
+    return label
+
+
+_RTL_CLASSES = ("R", "AL", "AN", "RLE", "RLO", "LRE", "LRO", "PDF", "RLI", "LRI", "FSI", "PDI")

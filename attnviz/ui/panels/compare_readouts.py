@@ -11,7 +11,7 @@ import numpy as np
 from attnviz.engine.analysing.compare import beside_threshold, moved_most, resid_drift
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.reading.token_text import plural, quoted
+from attnviz.engine.reading.token_text import isolated, plural, quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.numbers import plain_number
@@ -81,7 +81,7 @@ def strip_readout(panel, x: float, y: float) -> str | None:
     for t, r in enumerate(panel.strip_cells):  # (where its frame is painted, flipped or not)
         if painted_in(x, y, r, dpr, origin, framed=True):
             d = c.doc
-            text = f"token {t} {quoted(c.result.labels[t])}"
+            text = f"token {t} {quoted(isolated(c.result.labels[t]))}"
             if d["kld"] is not None:
                 text += f": KL(A\u2016B) {F.nats(d['kld'][t])} nats; " + top1_text(c, t)
             return text

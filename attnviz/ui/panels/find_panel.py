@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.analysing import find as F
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures.view import same_prefix
 from attnviz.ui.panels.roles_views import Decimals, num_item
 from attnviz.ui.views.column_fit import ColumnFit
@@ -172,7 +172,7 @@ class FindPanel(QWidget):
             return None
         # (the definition is the line's and the column's tooltip: five lines of it were cut where
         # a long summary leaves the tab its least height)
-        self.find_status.setText(f"From {quoted(r.labels[q])}@{q} (query) to {quoted(r.labels[k])}@{k} "
+        self.find_status.setText(f"From {quoted(isolated(r.labels[q]))}@{q} (query) to {quoted(isolated(r.labels[k]))}@{k} "
                                  "(key): every head ranked by specificity. Click one to focus it.")
         self.find_status.setToolTip(SPECIFICITY)
         self._find_q = q

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.byte_sizes import format_bytes
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import isolated, tokens
 from attnviz.engine.calc import calculate
 from attnviz.engine.calc.from_config import calc_inputs_from_config
 from attnviz.engine.computing.patterns import drop_first_key, head_title
@@ -95,7 +95,7 @@ class RowsView(QWidget):
         j = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
         k = j + self.first
         label = self.labels[k] if k < len(self.labels) else str(k)
-        self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, j]):.4g}"
+        self.hover_text = f"{head_title(self.layer, h)} → {isolated(label)} (key {k})  {float(self.rows[h, j]):.4g}"
         self.setToolTip(plain_tip(self.hover_text))  # (it quotes a token label)
 
 

@@ -10,7 +10,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.style import BACKGROUND
@@ -139,7 +139,7 @@ class PatternPair(QWidget):
             at = C.tile_pixel(r, x, y, dpr, origin)
             if at is not None:
                 q, k = C.strongest_at(m, int(r.width()), *at)
-                return (f"{name} {head_title(*self.head)}  {quoted(labels[q])} \u2192 {quoted(labels[k])}  "
+                return (f"{name} {head_title(*self.head)}  {quoted(isolated(labels[q]))} \u2192 {quoted(isolated(labels[k]))}  "
                         f"{float(m[q, k]):.4f}")
         return ""
 

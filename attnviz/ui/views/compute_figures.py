@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel
 
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import isolated, tokens
 from attnviz.ui.views.fields import plain_label, plain_tip
 
 TIME_TIP = "Time the engine took for the last result"
@@ -50,9 +50,9 @@ class QueryLabel(QLabel):
     def set_query(self, token: str, q: int | None, whole: str = "") -> None:
         """Show query token `token` (as cut to the label's width) at position q (None: no query);
         `whole`: the token uncut, for the tooltip."""
-        self._parts = ("", "", "") if q is None else ("Query: ", token, f" (#{q})")
+        self._parts = ("", "", "") if q is None else ("Query: ", isolated(token), f" (#{q})")
         self.setText("".join(self._parts))
-        self.setToolTip(self.TIP if q is None else plain_tip(f"Query: {whole or token} (#{q}): {self.TIP}"))
+        self.setToolTip(self.TIP if q is None else plain_tip(f"Query: {isolated(whole or token)} (#{q}): {self.TIP}"))
 
     def painted_text(self) -> str:
         """The text as painted at the label's width."""

@@ -15,6 +15,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import drop_first_key, head_title, no_weight_rows, pooled_undefined, signed_pool
+from attnviz.engine.reading.token_text import isolated
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
@@ -246,7 +247,7 @@ def compare_readout(jobs, result, layer: int, head: int, q: int, k: int, hide_fi
     if c is None or c.result is not result:
         return None
     lab = result.labels
-    text = f"{MODE_TITLES[mode]} {head_title(layer, head)}  {lab[q]} \u2192 {lab[k]}  "
+    text = f"{MODE_TITLES[mode]} {head_title(layer, head)}  {isolated(lab[q])} \u2192 {isolated(lab[k])}  "
     got = cell_values(c, layer, head, q, k, hide_first)
     if isinstance(got, str):
         text += got

@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import isolated
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
 from attnviz.figures.painted import device_pixel, drawn_index
 from attnviz.figures.long_picture import REDUCE_WORDS, colour_table
@@ -133,7 +134,7 @@ class _PatternArea(QWidget):
         labels = lg.run.result.labels
         w = lg.shown().weight(layer, h, q, k)  # the shown weight, under the view's options
         undefined = w is not None and lg.shown().undefined(layer, h, q)  # (the dense views' words)
-        text = (f"{self.whole_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  "
+        text = (f"{self.whole_title(layer, h)}  {isolated(labels[q])} → {isolated(labels[k])}  (q {q:,}, k {k:,})  "
                 + ("(hidden)" if w is None else UNDEFINED if undefined else f"{w:.4g}"))
         cell = self.cell_at(h, pos)
         if cell is not None and not cell[0].exact:

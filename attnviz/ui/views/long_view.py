@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QStackedWidget, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import cut_shown, isolated, tokens
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
 from attnviz.figures.style import no_value_legend
@@ -257,7 +257,8 @@ class LongView(QWidget):
             tl = tl if tl is not None and tl.region == r and tl.options == applied else None
             res = (cells_text(ov, tl) if now else "computing…") + options_text(applied)
             res_ = lg.run.result
-            count = (f"its first {lp.T:,} of {tokens(res_.n_tokens_full)} (the model's positions)"
+            count = (f"{cut_shown(res_.labels, res_.offsets, short=True)} of {tokens(res_.n_tokens_full)} "
+                     "(the model's positions)"
                      if res_.truncated else tokens(lp.T))
             self.info.set_text(f"Long text: {count} · "
                                f"layer {layer} · {region_text(r)} · {res}")
@@ -267,7 +268,7 @@ class LongView(QWidget):
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
-            self.key_strip.set_text(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(keys) + more)
+            self.key_strip.set_text(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(map(isolated, keys)) + more)
         pic = self.picture()
         self.export_button.setEnabled(pic is not None)
         self.export_button.setToolTip(EXPORT_TIP if pic is not None else

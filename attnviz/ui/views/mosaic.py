@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.computing.patterns import group_size, head_title
+from attnviz.engine.reading.token_text import isolated
 from attnviz.figures.numbers import plain_number
 from attnviz.figures.view import CAPTION, GAP, GROUP_GAP, TITLE, layer_columns
 
@@ -24,7 +25,7 @@ def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: 
     """`L3 H1  are → keys  0.79` (the weight from query token q to key token k), then the head's
     role badge if the roles panel gave it one."""
     tag = f"  · {badge}" if badge else ""
-    return (f"{head_title(layer, head)}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
+    return (f"{head_title(layer, head)}  {isolated(result.labels[q])} → {isolated(result.labels[k])}  {value:.2f}{tag}"
             + raw_pieces(result, q, k))
 
 
@@ -33,7 +34,7 @@ def raw_pieces(result, q: int, k: int) -> str:
     raw, labels = getattr(result, "tokens", None), result.labels
     if not raw or (raw[q] == labels[q] and raw[k] == labels[k]):
         return ""
-    return f"  [{raw[q]} → {raw[k]}]"
+    return f"  [{isolated(raw[q])} → {isolated(raw[k])}]"
 
 
 UNDEFINED = "undefined: no weight left once the first key is hidden"  # (a row's read-out, renormalised 0/0)
@@ -47,7 +48,7 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     value = shown.weight(layer, head, q, k)
     if value is None or shown.undefined(layer, head, q):
         why = "(hidden)" if value is None else UNDEFINED
-        return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  {why}" + raw_pieces(r, q, k)
+        return f"{head_title(layer, head)}  {isolated(r.labels[q])} → {isolated(r.labels[k])}  {why}" + raw_pieces(r, q, k)
     text = readout(r, layer, head, q, k, value, state.badge(layer, head))
     if shown.weighted:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "

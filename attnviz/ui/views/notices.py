@@ -8,7 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
-from attnviz.engine.reading.token_text import tokens
+from attnviz.engine.reading.token_text import cut_shown, tokens
 from attnviz.engine.reading.validate import full_stop
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
 from attnviz.ui.views.fields import plain_label
@@ -94,7 +94,8 @@ class Notices(QObject):
             model = self.state.model
             max_pos = model.config.max_positions if model is not None else T
             lines.append(f"Text is {tokens(result.n_tokens_full)}; {self.state.model_name} reads at "
-                         f"most {max_pos:,} positions, so only the first {T:,} are shown.")
+                         f"most {max_pos:,} positions, so what is shown is "
+                         f"{cut_shown(result.labels, result.offsets)}.")
         st = self.state
         notice = result.notice if result is not None else None
         if result is not None and not notice and result.text == st.text:

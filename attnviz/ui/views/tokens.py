@@ -9,7 +9,7 @@ from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QRegion
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures.style import FOCUS
 from attnviz.ui.views.fields import plain_tip
 
@@ -290,7 +290,7 @@ class TokenStrip(QWidget):
             i = self.index_at(ev.pos())
             click = ("the layers after the one shown are being computed" if self.previewing
                      else "click: show this query row in every head")
-            text = f"#{i}: {quoted(self.labels[i])}{self._piece(i)} ({click})" if i is not None else self.toolTip()
+            text = f"#{i}: {quoted(isolated(self.labels[i]))}{self._piece(i)} ({click})" if i is not None else self.toolTip()
             QToolTip.showText(ev.globalPos(), plain_tip(text), self)
             return True
         return super().event(ev)
