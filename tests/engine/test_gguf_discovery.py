@@ -282,11 +282,27 @@ def test_the_fixture_headers_match_the_engines_config():
         assert (head.n_layer, head.n_head, head.n_kv_head) == (cfg.n_layer, cfg.n_head, cfg.n_kv_head)
 
 
+def _cache_report(found) -> str:
+    """What the listing and huggingface_hub's scan of the session's cache saw, for a failure."""
+    from huggingface_hub import constants, scan_cache_dir
+
+    try:
+        cache = scan_cache_dir()
+        scan = [(r.repo_id, [str(v.snapshot_path) for v in r.revisions]) for r in cache.repos]
+        scan += [("warning", str(w)) for w in cache.warnings]
+    except Exception as exc:
+        scan = [("scan failed", repr(exc))]
+    listed = {m.name: (m.source, str(m.path)) for m in find_models(include_unsupported=True)}
+    return (f"HF_HUB_CACHE env {os.environ.get('HF_HUB_CACHE')!r}, huggingface_hub's "
+            f"{constants.HF_HUB_CACHE!r}; scan {scan}; listed {sorted(found)}; with unsupported {listed}")
+
+
 def test_hf_cache_gguf_files_are_listed(tmp_path):
     repo = "tiny-org/tiny-gqa-GGUF-discovery"
     _tiny(tmp_path / "src" / "tiny-gqa-Q8_0.gguf", qtype=gguf.GGMLQuantizationType.Q8_0)
     snap = fake_hf_cache_entry(repo, tmp_path / "src")  # (the session's HF cache, see conftest)
     found = _found()
+    assert f"{repo}:tiny-gqa-Q8_0" in found, _cache_report(found)
     info = found[f"{repo}:tiny-gqa-Q8_0"]
     assert info.source == "hf-cache" and info.path == snap / "tiny-gqa-Q8_0.gguf"
     assert (info.n_layer, info.n_head, info.n_kv_head) == (2, 8, 2)
