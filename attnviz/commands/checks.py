@@ -14,6 +14,7 @@ from pathlib import Path
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.text_input import parse_typed_ids
 from attnviz.engine.reading.registry import WINDOW_MODEL
+from attnviz.engine.reading.token_text import cut_shown, tokens
 
 
 
@@ -94,7 +95,11 @@ def refuse_options(options, where: str, sep: str = ", ") -> None:
 
 
 def show_notice(command: str, result) -> None:
-    """What a run changed in the input (e.g. lone surrogates replaced), as one line on stderr."""
+    """What a run changed in the input (e.g. lone surrogates replaced), as one line on stderr, and
+    where --truncate cut the text, what it read (as the window's notice says it)."""
+    if getattr(result, "truncated", False):  # (only --truncate cuts: a text too long is refused)
+        print(f"attnviz {command}: note: the text is {tokens(result.n_tokens_full)}; read "
+              f"{cut_shown(result.labels, result.offsets)} (--truncate)", file=sys.stderr)
     if getattr(result, "notice", None):
         print(f"attnviz {command}: note: {result.notice}", file=sys.stderr)
 

@@ -22,6 +22,7 @@ from attnviz.figures.numbers import plain_signed, score_text
 from attnviz.engine.reading.json_text import dumps as strict_json
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
+OV_TOP = 10  # tokens ov_top lists unless --top says
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
 
 
@@ -55,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model(p)
     p.add_argument("--head", metavar="HEAD", help="head for ov_top, e.g. 3.1 or 'L3 H1' (with --token)")
     p.add_argument("--token", metavar="TOK", help=f"source token for ov_top: {TOKEN_RULE}")
-    p.add_argument("--top", type=positive, default=10, metavar="K",
-                   help="ov_top length (default: 10)")
+    p.add_argument("--top", type=positive, metavar="K",
+                   help=f"ov_top length, with --head and --token (default: {OV_TOP})")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_circuits)
@@ -160,13 +161,15 @@ def print_composition(composition: dict) -> None:
 def cmd_circuits(args) -> int:
     if (args.head is None) != (args.token is None):
         raise InputError("--head and --token go together: ov_top needs a head and a source token")
+    if args.top is not None and args.head is None:  # (it sets nothing else: the tables are whole)
+        raise InputError("--top sets the length of ov_top, which needs --head and --token")
     model = checkpoint_opt.at(load_model(args.model), args)
     cfg = model.config
     ov = token = None
     if args.head is not None:  # refusals (an encoder, a bad head or token) before the long part
         layer, head = parse_head(args.head, cfg.n_layer, cfg.n_head)
         token = vocab_token(model, args.token)
-        ov = C.ov_top(model, layer, head, token, args.top)
+        ov = C.ov_top(model, layer, head, token, args.top or OV_TOP)
     circ = C.circuits(model)
     doc = circuits_report(model, circ, ov)
     if args.json:

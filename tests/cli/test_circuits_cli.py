@@ -93,6 +93,7 @@ def test_circuits_without_a_head_prints_the_copying_map(cli):
 @pytest.mark.parametrize("argv, words", [
     (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "#5"), "read through the model's unembedding"),
     (("--model", GPT2, "--head", "0.0"), "--head and --token go together"),
+    (("--model", GPT2, "--top", "3"), "--top sets the length of ov_top, which needs --head and --token"),
     (("--model", GPT2, "--head", "9.0", "--token", "#5"), "--head: head 9.0 is outside this model's layers 0..1"),
 ])
 def test_circuits_refusals_are_one_line(cli, argv, words):

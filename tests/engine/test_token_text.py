@@ -210,3 +210,11 @@ def test_right_to_left_labels_are_set_apart_and_others_left_as_they_are():
     assert isolated("\u05e9") == "\u2068\u05e9\u2069" and isolated("##\u05dc") == "\u2068##\u05dc\u2069"
     assert isolated("\u0661\u0662") == "\u2068\u0661\u0662\u2069"  # Arabic digits turn a line around too
     assert [isolated(s) for s in ("·the", "12", "<E2 80 AE>", "杰", "🙂")] == ["·the", "12", "<E2 80 AE>", "杰", "🙂"]
+
+
+def test_typed_ids_cut_to_fit_have_no_closing_token():
+    """Typed ids span no text: the last one kept is read as a body token, not as a closing [SEP]."""
+    from attnviz.engine.reading.token_text import cut_shown
+
+    assert cut_shown(["a", "b", "to"], [(0, 0)] * 3) == "its first 3 tokens"
+    assert cut_shown(["[CLS]", "a", "[SEP]"], [(0, 0), (0, 1), (1, 1)]) == "its first 2 tokens and its closing [SEP]"

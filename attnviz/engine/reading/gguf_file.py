@@ -25,7 +25,7 @@ from attnviz.engine.reading.gguf_tensors import REDO, GGUFTensors, tensor_table
 from attnviz.engine.reading.mapped_files import MappedFile
 from attnviz.engine.reading.validate import (
     blocks_held, cannot_read, check_vocab_rows, exists, file_kind, is_whole, refusal, regular_file, show,
-    too_few_layers,
+    too_few_layers, block_numbers, layers_beyond,
 )
 
 GGUF_MAGIC = b"GGUF"
@@ -429,19 +429,21 @@ def gguf_display_name(reader: GGUFReader, path: Path) -> str:
     return path.name[:-5] if path.name.lower().endswith(".gguf") else path.name
 
 
-def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensors) -> None:
+def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensors) -> str | None:
     """The metadata's layer count and vocabulary against the tensors the file holds: a file cut
     short, or written with another model's metadata, is refused by name, not by its first missing
-    tensor."""
+    tensor. Returns the notice where the file holds more layers than block_count (read as many)."""
     source = ts.path.name
+    claim = f"{source} sets {arch}.block_count to {cfg.n_layer:,}"
     first = blocks_held(ts.names(), cfg.n_layer)
     if first is not None:
-        raise too_few_layers(f"{source} sets {arch}.block_count to {cfg.n_layer:,}", first, "it",
+        raise too_few_layers(claim, first, "it",
                              "the file is incomplete or was written wrong; download or convert it again")
     if "token_embd.weight" in ts and len(ts.shape("token_embd.weight")) == 2:
         if metadata(reader, f"{arch}.vocab_size") is not None:
-            claim = f"{source} sets {arch}.vocab_size to {cfg.vocab_size:,}"
+            says = f"{source} sets {arch}.vocab_size to {cfg.vocab_size:,}"
         else:
-            claim = f"{source} has {cfg.vocab_size:,} tokens in tokenizer.ggml.tokens"
-        check_vocab_rows(ts.shape("token_embd.weight")[0], cfg.vocab_size, claim,
+            says = f"{source} has {cfg.vocab_size:,} tokens in tokenizer.ggml.tokens"
+        check_vocab_rows(ts.shape("token_embd.weight")[0], cfg.vocab_size, says,
                          "its token embedding token_embd.weight", REDO)
+    return layers_beyond(block_numbers(ts.names()), cfg.n_layer, claim, "it")

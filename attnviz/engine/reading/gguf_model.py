@@ -477,7 +477,7 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     arch = architecture(reader)
     cfg = gguf_config(reader)
     ts = GGUFTensors(reader, path)
-    check_counts(reader, arch, cfg, ts)
+    beyond = check_counts(reader, arch, cfg, ts)  # (more layers than block_count: warned)
     weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager=False)  # no layer read
     if packing is not None:
         packing(weights.packed_types)
@@ -497,4 +497,4 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     file_license = metadata(reader, "general.license")
     return ReadModel(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
                      license=license or (file_license if isinstance(file_license, str) else None),
-                     notice=notice)
+                     notice="; ".join(filter(None, (beyond, notice))) or None)

@@ -69,6 +69,7 @@ class Weights:
     head: Head | None = None  # final norm and unembedding (None: the loader reads none)
     packed_types: frozenset = frozenset()  # the block types its layers are packed in for the kernels
     files: tuple = ()  # the files its arrays map (mapped_files.MappedFile), checked before each run
+    notice: str | None = None  # one line for the user on what the loader left unread
 
 
 def cat_bias(parts):

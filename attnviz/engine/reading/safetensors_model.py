@@ -25,7 +25,8 @@ from attnviz.engine.reading.layout import (
 )
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.hf_config import keys, pick
-from attnviz.engine.reading.validate import check_vocab_rows, exists, read_json_object, regular_file, too_few_layers
+from attnviz.engine.reading.validate import (
+    check_vocab_rows, exists, layers_beyond, read_json_object, regular_file, too_few_layers)
 from attnviz.engine.reading.weights import (
     PICKLE_SUFFIXES, SAVED_WITH, Checkpoint, held_by, mapped_files, refuse_pickle,
 )
@@ -44,7 +45,8 @@ def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...], cfg: Mode
                          f"{list(candidates)}): is it a {cfg.model_type} model, as {ckpt.config} says?")
 
 
-def _claim(cfg: ModelConfig, ckpt: Checkpoint, name: str, value: int) -> tuple[str, str]:
+def _claim(cfg: ModelConfig, ckpt: Checkpoint, name: str, value: int, source: str | None = None
+           ) -> tuple[str, str]:
     """(the config.json key of field `name`, what config.json says of it: "x sets key to value",
     or "x does not set key (default value)" where it leaves the key out and a default stands, as
     Gemma 3's do). Gemma 3's multimodal config nests its language model's under text_config, which
@@ -54,8 +56,9 @@ def _claim(cfg: ModelConfig, ckpt: Checkpoint, name: str, value: int) -> tuple[s
     given = raw.get(key) is not None
     if cfg.family == "gemma3" and isinstance(raw.get("text_config"), dict):
         given, key = raw["text_config"].get(key) is not None, f"text_config.{key}"
-    return key, (f"{ckpt.config} sets {key} to {value:,}" if given else
-                 f"{ckpt.config} does not set {key} (default {value:,})")
+    source = source or ckpt.config
+    return key, (f"{source} sets {key} to {value:,}" if given else
+                 f"{source} does not set {key} (default {value:,})")
 
 
 def check_vocab(cfg: ModelConfig, ckpt: Checkpoint, name: str) -> None:
@@ -75,6 +78,25 @@ def too_few(cfg: ModelConfig, ckpt: Checkpoint, held: int) -> ModelLoadError:
     return too_few_layers(claim, held, held_by(ckpt.files),
                           f"set {key} to {held:,} if the model has {held:,} "
                           f"layer{'s' if held != 1 else ''}, or add the missing layers' weights")
+
+
+def _beyond(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable) -> str | None:
+    """The notice where the weights hold layers past those config.json counts (layers n_layer, ...
+    up to the first of which they hold no tensor), left unread as Transformers leaves them."""
+    n = cfg.n_layer
+    while True:
+        found = []
+
+        def probe(name, shape):
+            found.append(p + name in ckpt)
+            return np.zeros((1,) * len(shape), dtype=np.float32)
+
+        one(n, probe)
+        if not any(found):
+            break
+        n += 1
+    claim = _claim(cfg, ckpt, "n_layer", cfg.n_layer, Path(ckpt.config).name)[1]
+    return layers_beyond(set(range(n)), cfg.n_layer, claim, held_by(ckpt.files))
 
 
 def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: int | None,
@@ -169,7 +191,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
         emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
         layers=layers,  # (no head: an encoder predicts no next token, whatever its file holds)
-        files=mapped_files(ckpt),
+        files=mapped_files(ckpt), notice=_beyond(cfg, ckpt, p, one),
     )
 
 
@@ -203,7 +225,8 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     head = read_head(lambda n: ckpt.get(n, (d,)), (p + "ln_f.weight", p + "ln_f.bias"),
                      _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
-                   type_emb=None, emb_norm=None, layers=layers, head=head, files=mapped_files(ckpt))
+                   type_emb=None, emb_norm=None, layers=layers, head=head, files=mapped_files(ckpt),
+                   notice=_beyond(cfg, ckpt, p, one))
 
 
 def _qkv_gate_up(cfg: ModelConfig, g, a: str):
@@ -259,7 +282,7 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     head = read_head(lambda n: ckpt.get(n, (d,)), (p + "norm.weight",),
                      _unembed(cfg, ckpt, tok_emb, False), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head, files=mapped_files(ckpt))
+                   head=head, files=mapped_files(ckpt), notice=_beyond(cfg, ckpt, p, one))
 
 
 def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool):
@@ -319,7 +342,7 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
     head = read_head(lambda n: _gemma_gain(ckpt.get(n, (d,))), (p + "norm.weight",),  # 1 + w too
                      _unembed(cfg, ckpt, tok_emb, True), _source(ckpt), ckpt.__contains__)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head, files=mapped_files(ckpt))
+                   head=head, files=mapped_files(ckpt), notice=_beyond(cfg, ckpt, p, one))
 
 
 LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama, "qwen3": load_llama,
@@ -357,6 +380,7 @@ def read_folder(path: Path, name: str | None = None, license: str | None = None,
             license = _read_license(path)
         except OSError as exc:  # the licence line is optional: an unreadable README is no reason
             log.warning("cannot read %s: %s", path / "README.md", exc)
+    notice = "; ".join(filter(None, (weights.notice, notice))) or None  # (one line: both)
     return ReadModel(name or path.name, path, config, weights, tokenizer, license=license, notice=notice)
 
 

@@ -265,9 +265,10 @@ def tokens(n: int) -> str:
 def cut_shown(labels: Sequence[str], offsets: Sequence[tuple[int, int]], short: bool = False) -> str:
     """What a text cut to the model's positions shows, in words: 'its first 512 tokens', or 'its
     first 511 tokens and its closing [SEP]' where the cut kept the text's closing special token
-    (a token that spans no text, last); `short`: 'its first 512', 'its first 511 and [SEP]'."""
+    (a token that spans no text, last, after tokens that do: typed ids span none); `short`: 'its
+    first 512', 'its first 511 and [SEP]'."""
     T = len(labels)
-    closing = T > 1 and offsets and offsets[-1][1] <= offsets[-1][0]
+    closing = T > 1 and len(offsets) == T and offsets[-1][1] <= offsets[-1][0] and any(b > a for a, b in offsets[:-1])
     first = T - 1 if closing else T
     if short:
         return f"its first {first:,}" + (f" and {labels[-1]}" if closing else "")

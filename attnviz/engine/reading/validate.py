@@ -9,6 +9,7 @@ FIFO blocks until something writes to it, which may be never).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import stat
@@ -19,6 +20,8 @@ import numpy as np
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.hf_config import pick
+
+log = logging.getLogger(__name__)
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -385,16 +388,33 @@ def layers_held(held: set[int], n_layer: int) -> int | None:
     """Of a model's n_layer layers, the weights holding those in `held`: how many they hold where
     they hold the first k and no later one (k < n_layer), else None (all, or a gap to name by the
     first tensor missing)."""
-    first = min(set(range(n_layer + 1)) - held)
+    first = min(set(range(n_layer)) - held, default=n_layer)  # (held may count past n_layer)
     return first if first < n_layer and not held & set(range(first, n_layer)) else None
 
 
 def blocks_held(names, n_layer: int) -> int | None:
     """layers_held of the layers whose tensors are among `names`, named as llama.cpp names them
     ("blk.3.attn_q.weight": layer 3)."""
+    return layers_held(block_numbers(names), n_layer)
+
+
+def block_numbers(names) -> set[int]:
+    """The layers whose tensors are among `names`, named as llama.cpp names them."""
     parts = (n.split(".") for n in names)
-    return layers_held({int(p[1]) for p in parts if len(p) > 1 and p[0] == "blk" and p[1].isascii()
-                        and p[1].isdigit()}, n_layer)
+    return {int(p[1]) for p in parts if len(p) > 1 and p[0] == "blk" and p[1].isascii() and p[1].isdigit()}
+
+
+def layers_beyond(held: set[int], n_layer: int, claim: str, weights: str) -> str | None:
+    """One line where `weights` hold layers past the n_layer that `claim` gives ("x sets
+    block_count to 2"): they are left unread, as Transformers leaves them; None where none are held."""
+    if not held or max(held) < n_layer:
+        return None
+    top = max(held)
+    which = f"{top + 1:,} layers" if held >= set(range(top + 1)) else f"layers up to layer {top:,}"
+    read = "only layer 0 is read" if n_layer == 1 else f"only the first {n_layer:,} are read"
+    line = f"{claim}; {weights} holds {which}: {read}"
+    log.warning("%s", line)  # a command shows it so; the window shows the model's notice
+    return line
 
 
 def too_few_layers(claim: str, held: int, weights: str, fix: str) -> ModelLoadError:
