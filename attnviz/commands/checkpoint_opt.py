@@ -53,8 +53,9 @@ def describe(model) -> str:
 
 def entry(model) -> dict:
     """{"checkpoint": {index, step, of}} for a --json document of a model with checkpoints, else {}."""
-    rec = checkpoint_record(model)
-    return {"checkpoint": rec} if rec else {}
+    from attnviz.figures.export_view import checkpoint_entry  # (the exports' own key)
+
+    return checkpoint_entry(checkpoint_record(model))
 
 
 def at(model, args):

@@ -13,7 +13,6 @@ from attnviz.commands.checks import add_model, at_least, non_negative, positive,
 from attnviz.engine import load_model
 from attnviz.engine.analysing import find as F, heads as H, probes as P
 from attnviz.engine.reading import textbook
-from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
@@ -129,9 +128,7 @@ def heads_report(model, hs, source):
         doc["best"][name] = {"layer": l, "head": h, "strength": strength,
                              "score": float(hs.scores[name][l, h]), "chance": float(hs.chance[name][l, h])}
     doc["no_head_clears"] = hs.unclaimed_roles()
-    ck = checkpoint_record(model)
-    if ck is not None:
-        doc["checkpoint"] = ck
+    doc.update(checkpoint_opt.entry(model))
     if model.name == textbook.TEXTBOOK_NAME:
         doc["construction"] = [[textbook.describe_head(l, h) for h in range(model.config.n_head)]
                                for l in range(model.config.n_layer)]
@@ -267,9 +264,7 @@ def cmd_find(args) -> int:
                "from": {"token": result.labels[q], "position": q},
                "to": {"token": result.labels[k], "position": k},
                "heads": [h._asdict() for h in hits]}
-        ck = checkpoint_record(model)
-        if ck is not None:
-            doc["checkpoint"] = ck
+        doc.update(checkpoint_opt.entry(model))
         print(strict_json(doc))
         return 0
     print(f"{model.name}{checkpoint_opt.describe(model)}: from {quoted(result.labels[q])}@{q} (query) to {quoted(result.labels[k])}@{k} (key), "

@@ -477,15 +477,15 @@ class Model:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, what the model's cache
         holds after it (kept_sizes), whether this run used the cache), with `trace` filled. The
         run uses the cache when it may (a causal model, use_cache, a trace without edits, and no
-        other run holding it) and computes in full otherwise."""
+        other run holding it) and computes in full otherwise (its files checked by `run`, just before)."""
         if trace.past is not None:  # the trace's own (run_long's reuse, a generation's): the model's untouched
-            forward(self.config, self.weights, ids, trace, trace.past)
+            forward(self.config, self._weights, ids, trace, trace.past)
             return trace.attentions, trace.past.reused, kept_sizes(self._cache), False
         owns = (use_cache and self._cache is not None and not trace.edits and not trace.start
                 and self._cache_lock.acquire(blocking=False))
         try:
             cache = self._cache if owns else None  # read under the lock: clear_cache may swap it
-            forward(self.config, self.weights, ids, trace, cache)
+            forward(self.config, self._weights, ids, trace, cache)
             kept = cache if cache is not None else self._cache  # the one this run used, or the model's
             return (trace.attentions, cache.reused if cache is not None else 0, kept_sizes(kept),
                     cache is not None)

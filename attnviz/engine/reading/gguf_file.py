@@ -24,8 +24,8 @@ from attnviz.engine.reading.config import ModelConfig, config_from_dict
 from attnviz.engine.reading.gguf_tensors import REDO, GGUFTensors, tensor_table
 from attnviz.engine.reading.mapped_files import MappedFile
 from attnviz.engine.reading.validate import (
-    blocks_held, cannot_read, check_vocab_rows, exists, file_kind, is_whole, refusal, regular_file, show,
-    too_few_layers, block_numbers, layers_beyond,
+    block_numbers, cannot_read, check_vocab_rows, exists, file_kind, is_whole, layers_beyond, layers_held,
+    refusal, regular_file, show, too_few_layers,
 )
 
 GGUF_MAGIC = b"GGUF"
@@ -435,7 +435,8 @@ def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensor
     tensor. Returns the notice where the file holds more layers than block_count (read as many)."""
     source = ts.path.name
     claim = f"{source} sets {arch}.block_count to {cfg.n_layer:,}"
-    first = blocks_held(ts.names(), cfg.n_layer)
+    held = block_numbers(ts.names())
+    first = layers_held(held, cfg.n_layer)
     if first is not None:
         raise too_few_layers(claim, first, "it",
                              "the file is incomplete or was written wrong; download or convert it again")
@@ -446,4 +447,4 @@ def check_counts(reader: GGUFReader, arch: str, cfg: ModelConfig, ts: GGUFTensor
             says = f"{source} has {cfg.vocab_size:,} tokens in tokenizer.ggml.tokens"
         check_vocab_rows(ts.shape("token_embd.weight")[0], cfg.vocab_size, says,
                          "its token embedding token_embd.weight", REDO)
-    return layers_beyond(block_numbers(ts.names()), cfg.n_layer, claim, "it")
+    return layers_beyond(held, cfg.n_layer, claim, "it")

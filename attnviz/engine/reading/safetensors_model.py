@@ -95,6 +95,8 @@ def _beyond(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable) -> str | 
         if not any(found):
             break
         n += 1
+    if n == cfg.n_layer:  # (the usual case: config.json is not read again for a claim unused)
+        return None
     claim = _claim(cfg, ckpt, "n_layer", cfg.n_layer, Path(ckpt.config).name)[1]
     return layers_beyond(set(range(n)), cfg.n_layer, claim, held_by(ckpt.files))
 

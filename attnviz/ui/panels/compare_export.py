@@ -11,6 +11,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 
 from attnviz.figures.compare_csv import csv_text
+from attnviz.figures.export_view import checkpoint_entry
 from attnviz.ui.machinery.runner import failure
 from attnviz.engine.reading.json_text import dumps as strict_json
 
@@ -76,7 +77,7 @@ def sidecar(panel, path) -> dict:
     focus = st.focus
     ck = checkpoint_record(st.model)  # A's training step: File > Open view shows it again (apply_view)
     doc = {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
-           **({"checkpoint": ck} if ck else {}),
+           **checkpoint_entry(ck),
            "view": "compare", "image": Path(path).name, "model": st.model_name,
            "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
            "head": focus[1] if focus is not None and focus[0] == st.layer else None,
