@@ -5,12 +5,16 @@ import pytest
 from tiny import tiny_text_decoder
 
 
+@pytest.fixture(autouse=True)
+def _application_first(qapp):
+    """The session's QApplication, made before any command runs in this process: an export would
+    otherwise leave a QGuiApplication, and a widget test after it in the same process aborts."""
+
+
 @pytest.fixture
-def cli(capsys, qapp):
+def cli(capsys):
     """`attnviz ARGV` run in this process: (exit status, stdout, stderr). argparse's usage errors
-    and --version raise SystemExit through it, as from main. The session's QApplication is made
-    first: an export would otherwise leave a QGuiApplication, and a widget test after it in the
-    same process aborts."""
+    and --version raise SystemExit through it, as from main."""
     from attnviz.cli import main
 
     def run(*argv):
