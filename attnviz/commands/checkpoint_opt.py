@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.engine.computing.checkpoints import checkpoint_record, checkpoint_words, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_entry, checkpoint_record, checkpoint_words, model_at
 
 
 def checkpoint_index(text: str) -> int:
@@ -53,8 +53,6 @@ def describe(model) -> str:
 
 def entry(model) -> dict:
     """{"checkpoint": {index, step, of}} for a --json document of a model with checkpoints, else {}."""
-    from attnviz.figures.export_view import checkpoint_entry  # (the exports' own key)
-
     return checkpoint_entry(checkpoint_record(model))
 
 

@@ -34,7 +34,7 @@ from attnviz.figures.anatomy_parts import (
     AnatomyLayout, AnatomyView, Band, Block, shape_text, signed_limit, signed_rgb, weight_color,
 )
 from attnviz.figures.anatomy_sections import SECTIONS, Cursor
-from attnviz.figures.export_view import checkpoint_entry
+from attnviz.engine.computing.checkpoints import checkpoint_entry
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures.numbers import minus_signs
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font, figure_image

@@ -26,7 +26,8 @@ from attnviz.engine.analysing.circuits import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
-from attnviz.figures.export_view import checkpoint_entry, model_title
+from attnviz.engine.computing.checkpoints import checkpoint_entry
+from attnviz.figures.export_view import model_title
 from attnviz.figures.data import ExportError
 from attnviz.figures.numbers import score_text, signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font

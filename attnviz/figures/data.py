@@ -22,7 +22,8 @@ from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index
 from attnviz.engine.reading.file_write import temp_beside
 from attnviz.engine.reading.validate import os_reason, read_json_object
-from attnviz.figures.export_view import ExportView, checkpoint_entry
+from attnviz.engine.computing.checkpoints import checkpoint_entry
+from attnviz.figures.export_view import ExportView
 from attnviz.figures.view import Shown
 from attnviz.engine.reading.json_text import dumps as strict_json
 

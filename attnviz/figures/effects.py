@@ -20,7 +20,8 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.engine.reading.token_text import isolated, quoted
 from attnviz.figures import headmap
-from attnviz.figures.export_view import checkpoint_entry, model_title
+from attnviz.engine.computing.checkpoints import checkpoint_entry
+from attnviz.figures.export_view import model_title
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.numbers import signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font

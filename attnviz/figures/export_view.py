@@ -19,12 +19,6 @@ def model_title(model: str, checkpoint: dict | None) -> str:
     return f"{model} \u00b7 step {checkpoint['step']:,}" if checkpoint else model
 
 
-def checkpoint_entry(checkpoint: dict | None) -> dict:
-    """{"checkpoint": {index, step, of}} for a JSON export or sidecar of a model with training
-    checkpoints (File > Open view moves the Training step slider there), else {}."""
-    return {"checkpoint": dict(checkpoint)} if checkpoint else {}
-
-
 @dataclass(frozen=True, eq=False)
 class ExportView:
     """One export: which heads, which numbers and how they are coloured."""

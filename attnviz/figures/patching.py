@@ -35,7 +35,8 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patch_blocks as B
 from attnviz.figures.compare import bar_label_width, paint_colour_bar
-from attnviz.figures.export_view import checkpoint_entry, model_title
+from attnviz.engine.computing.checkpoints import checkpoint_entry
+from attnviz.figures.export_view import model_title
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.headmap import colour
 from attnviz.figures.render import TEXT, figure_exports, figure_font

@@ -24,7 +24,8 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from attnviz.engine.analysing.qk import QKAttribution
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import plural, quoted
-from attnviz.figures.export_view import checkpoint_entry, model_title
+from attnviz.engine.computing.checkpoints import checkpoint_entry
+from attnviz.figures.export_view import model_title
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.numbers import plain_number, signed as _signed

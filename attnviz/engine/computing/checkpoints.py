@@ -90,6 +90,12 @@ def checkpoint_record(model: Model | None) -> dict | None:
     return {"index": info.index, "step": info.step, "of": n}
 
 
+def checkpoint_entry(checkpoint: dict | None) -> dict:
+    """{"checkpoint": {index, step, of}} for a JSON document (an export, a sidecar, a command's
+    --json) of a model with training checkpoints (`checkpoint`: checkpoint_record's), else {}."""
+    return {"checkpoint": dict(checkpoint)} if checkpoint else {}
+
+
 def checkpoint_words(model: Model | None) -> str:
     """' at checkpoint I of 0..N-1 (step S)' for a model that came from a CheckpointSet, else ''."""
     rec = checkpoint_record(model)

@@ -11,7 +11,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 
 from attnviz.figures.compare_csv import csv_text
-from attnviz.figures.export_view import checkpoint_entry
+from attnviz.engine.computing.checkpoints import checkpoint_entry
 from attnviz.ui.machinery.runner import failure
 from attnviz.engine.reading.json_text import dumps as strict_json
 
